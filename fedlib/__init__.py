@@ -1,0 +1,5 @@
+"""fedlib: prototype-based personalized federated learning, one round engine, tensors on device."""
+
+__version__ = "0.1.0"
+
+from fedlib.errors import ConfigError, DataNotFoundError, TrainingDiverged  # noqa: E402,F401

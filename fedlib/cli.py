@@ -1,0 +1,146 @@
+"""Command line: ``python -m fedlib run|list|book``.
+
+Examples:
+  python -m fedlib run --method fedavg fedproto fedpac --dataset fmnist --partition skew s=20 setting=1 \\
+      --clients 20 --scale book --seeds 0 1
+  python -m fedlib run --method fedgpa --hp mu=0.4 --set lr=0.05 rounds=30
+  python -m fedlib list
+  python -m fedlib book            # execute the notebooks of book/experiments.yml and build the book
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+
+from fedlib.errors import ConfigError, DataNotFoundError, TrainingDiverged
+
+
+def _value(text: str):
+    """Parse a command-line value as JSON when possible (numbers, lists, booleans), else a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return {"True": True, "False": False, "None": None}.get(text, text)
+
+
+def _pairs(items: list[str], what: str) -> dict:
+    out = {}
+    for item in items or []:
+        if "=" not in item:
+            raise ConfigError(what, item, "key=value pairs")
+        key, value = item.split("=", 1)
+        out[key.strip()] = _value(value.strip())
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m fedlib", description="fedlib: personalized federated learning")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="train one or more methods over seeds and print a table")
+    run.add_argument("--method", nargs="+", default=["fedavg"], help="method name(s), see `list`")
+    run.add_argument("--dataset", default="fmnist")
+    run.add_argument("--partition", nargs="+", default=["skew", "s=20", "setting=1"], metavar="NAME [k=v ...]",
+                     help="partition name followed by its parameters")
+    run.add_argument("--clients", type=int, default=20, dest="num_clients")
+    run.add_argument("--scale", default="book", help="ci | book | paper (training budget)")
+    run.add_argument("--seeds", nargs="+", type=int, default=[0])
+    run.add_argument("--hp", nargs="*", default=[], metavar="k=v", help="method hyperparameters")
+    run.add_argument("--set", nargs="*", default=[], metavar="k=v", help="any other config field (lr, rounds, ...)")
+    run.add_argument("--device", default="cpu")
+    run.add_argument("--download", action="store_true", help="let torchvision download online datasets")
+    run.add_argument("--cache", default=None, help="result cache folder (default .fedlib-cache); 'none' disables")
+    run.add_argument("--out", default=None, help="write the result records of all runs to this JSON file")
+    run.add_argument("--no-progress", action="store_true")
+    sub.add_parser("list", help="methods, datasets, partitions, models and scales with their parameters")
+    book = sub.add_parser("book", help="execute the notebooks of the manifest with papermill, then build the book")
+    book.add_argument("--manifest", default="book/experiments.yml")
+    book.add_argument("--config", default=None, help="only this named configuration (e.g. ci, book)")
+    book.add_argument("--no-build", action="store_true", help="execute notebooks only")
+    return parser
+
+
+def cmd_list() -> None:
+    import dataclasses as dc
+
+    from fedlib.data.partition import COMMON_PARAMS, PARTITIONERS
+    from fedlib.data.sources import SOURCES
+    from fedlib.experiment import SCALES
+    from fedlib.methods import METHODS
+    from fedlib.models import MODELS
+
+    print("methods:")
+    for name, cls in METHODS.items():
+        hp = ", ".join(f"{f.name}={f.default}" for f in dc.fields(cls.Hyper)) or "-"
+        print(f"  {name:10s} {cls.paper:38s} hyper: {hp}")
+    print("datasets:")
+    for name, src in SOURCES.items():
+        print(f"  {name:10s} {src.num_classes:4d} classes  {'offline' if src.offline else 'online (torchvision files)'}")
+    print("partitions:")
+    for name, p in PARTITIONERS.items():
+        params = ", ".join(f"{k}: {v}" for k, v in p.params.items()) or "-"
+        print(f"  {name:10s} {p.doc}; {params}")
+    print("  (any)      " + "; ".join(f"{k}: {v}" for k, v in COMMON_PARAMS.items()))
+    print("models:   " + ", ".join(MODELS))
+    print("scales:   " + "; ".join(f"{k}: {v or 'the config as given'}" for k, v in SCALES.items()))
+
+
+def cmd_run(args) -> int:
+    from fedlib.experiment import DEFAULT_CACHE, make_config, run, summarize_runs, validate
+    from fedlib.plots import results_table
+
+    if args.download:
+        import os
+
+        os.environ["FEDLIB_DOWNLOAD"] = "1"
+    partition = {"name": args.partition[0], **_pairs(args.partition[1:], "--partition")}
+    base = dict(dataset=args.dataset, partition=partition, num_clients=args.num_clients, device=args.device)
+    base.update(_pairs(args.set, "--set"))
+    hyper = _pairs(args.hp, "--hp")
+    configs = []
+    for method in args.method:
+        cfg = make_config(method=method, hyper=hyper if len(args.method) == 1 else {}, **base)
+        cfg = cfg.with_scale(args.scale)
+        cfg = dataclasses.replace(cfg, **{k: v for k, v in _pairs(args.set, "--set").items()})
+        validate(cfg)
+        configs.append(cfg)
+    cache = None if args.cache == "none" else (args.cache or DEFAULT_CACHE)
+    from fedlib.data import load_dataset
+
+    load_dataset(args.dataset)  # fail early on missing files
+    rows, records = {}, []
+    for cfg in configs:
+        runs = [run(dataclasses.replace(cfg, seed=s), cache_dir=cache, progress=not args.no_progress,
+                    desc=f"{cfg.method} seed {s}") for s in args.seeds]
+        records += runs
+        rows[cfg.method] = (summarize_runs(runs), sum(r["wall_time_s"] for r in runs))
+    print(f"\n{args.dataset}, partition {partition}, {args.num_clients} clients, scale {args.scale} "
+          f"(rounds {configs[0].rounds}, E {configs[0].local_epochs}), seeds {args.seeds}; "
+          "last-round values, mean ± std over seeds")
+    print(results_table(rows))
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(records, f, indent=1)
+    return 0
+
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "list":
+            cmd_list()
+            return 0
+        if args.command == "run":
+            return cmd_run(args)
+        if args.command == "book":
+            from fedlib.book import build_book
+
+            return build_book(args.manifest, only=args.config, build=not args.no_build)
+    except (ConfigError, DataNotFoundError, TrainingDiverged) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: run the same command again to resume from the last finished round", file=sys.stderr)
+        return 130
+    return 0

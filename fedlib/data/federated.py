@@ -1,0 +1,50 @@
+"""FederatedData: one dataset in device memory plus per-client index tensors."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedlib.data.partition import class_counts, local_test_indices, partition
+from fedlib.data.sources import Dataset
+
+
+@dataclass
+class FederatedData:
+    data: Dataset
+    train_idx: list[torch.Tensor]  # per client, indices into data.train_x
+    test_idx: list[torch.Tensor]   # per client, indices into data.test_x (same label mix as train)
+    train_counts: np.ndarray       # clients x classes
+    test_counts: np.ndarray
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.train_idx)
+
+    @property
+    def num_classes(self) -> int:
+        return self.data.num_classes
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.train_counts.sum(1)
+
+    def class_groups(self) -> dict[str, np.ndarray]:
+        """FedPRP's Many / Medium / Few: top 20%, 20-50%, bottom 50% of classes by global train count."""
+        total = self.train_counts.sum(0)
+        order = np.argsort(-total, kind="stable")
+        K = len(order)
+        a, b = int(round(0.2 * K)), int(round(0.5 * K))
+        return {"many": np.sort(order[:a]), "medium": np.sort(order[a:b]), "few": np.sort(order[b:])}
+
+
+def federate(data: Dataset, num_clients: int, spec: dict, seed: int, device="cpu") -> FederatedData:
+    labels = data.train_y.numpy()
+    parts = partition(labels, data.num_classes, num_clients, spec, seed)
+    counts = class_counts(labels, parts, data.num_classes)
+    test_labels = data.test_y.numpy()
+    tests = local_test_indices(test_labels, counts, spec.get("test_fraction", 0.25), seed + 1)
+    as_tensor = lambda parts: [torch.as_tensor(p, dtype=torch.int64, device=device) for p in parts]  # noqa: E731
+    return FederatedData(data.to(device), as_tensor(parts), as_tensor(tests), counts,
+                         class_counts(test_labels, tests, data.num_classes))

@@ -1,0 +1,245 @@
+"""Client partitions: pure, seeded functions ``labels, rng -> list of per-client index arrays``.
+
+Every partitioner validates its arguments (ConfigError naming field, value and what is allowed),
+never loops forever, and never gives one training sample to two clients.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from fedlib.errors import ConfigError, check
+
+
+def _as_choices(value, name: str) -> list[int]:
+    values = [value] if np.isscalar(value) else list(value)
+    check(len(values) > 0 and all(int(v) == v and v > 0 for v in values), name, value,
+          "a positive integer or a non-empty list of positive integers to draw from")
+    return [int(v) for v in values]
+
+
+def _split_evenly(total: int, parts: int, rng: np.random.Generator) -> np.ndarray:
+    """``total`` split into ``parts`` integers differing by at most one (remainder to random parts)."""
+    out = np.full(parts, total // parts, dtype=np.int64)
+    out[rng.permutation(parts)[: total % parts]] += 1
+    return out
+
+
+def largest_remainder(weights: np.ndarray, total: int) -> np.ndarray:
+    """Integer counts proportional to ``weights`` that add up to ``total`` exactly."""
+    weights = np.asarray(weights, dtype=np.float64)
+    raw = weights / weights.sum() * total
+    counts = np.floor(raw).astype(np.int64)
+    order = np.argsort(-(raw - counts), kind="stable")
+    counts[order[: total - counts.sum()]] += 1
+    return counts
+
+
+def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    return [np.sort(part) for part in np.array_split(rng.permutation(len(labels)), num_clients)]
+
+
+def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, alpha: float,
+              min_size: int = 10, max_tries: int = 200) -> list[np.ndarray]:
+    """Label skew: each class is split over clients with proportions ~ Dir(alpha).
+
+    Clients that already hold N/num_clients samples get no more of later classes (the usual
+    balancing rule); draws repeat until every client has ``min_size`` samples, at most
+    ``max_tries`` times.
+    """
+    check(alpha > 0, "alpha", alpha, "a positive number (smaller is more skewed)")
+    check(min_size >= 0, "min_size", min_size, "a non-negative integer")
+    check(min_size * num_clients <= len(labels), "min_size", min_size,
+          f"at most {len(labels) // num_clients} for {num_clients} clients and {len(labels)} samples")
+    classes = np.unique(labels)
+    cap = len(labels) / num_clients
+    for _ in range(max_tries):
+        parts: list[list[int]] = [[] for _ in range(num_clients)]
+        for c in classes:
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            p = rng.dirichlet(np.full(num_clients, alpha))
+            p = p * np.array([len(part) < cap for part in parts])
+            p = p / p.sum()
+            cuts = (np.cumsum(p) * len(idx)).astype(int)[:-1]
+            for part, chunk in zip(parts, np.split(idx, cuts)):
+                part.extend(chunk.tolist())
+        if min(len(part) for part in parts) >= min_size:
+            return [np.sort(np.array(part, dtype=np.int64)) for part in parts]
+    raise ConfigError("min_size", min_size,
+                      f"no Dirichlet(alpha={alpha}) draw in {max_tries} tries gave every client that many "
+                      f"samples; lower min_size or raise alpha")
+
+
+def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
+           classes_per_client: int) -> list[np.ndarray]:
+    """Pathological label skew: each client holds exactly ``classes_per_client`` classes.
+
+    Classes are dealt to clients so that every class has as equal a number of holders as
+    possible; each class's samples are then cut into equal shards, one per holder.
+    """
+    classes = np.unique(labels)
+    s = classes_per_client
+    check(isinstance(s, (int, np.integer)) and 1 <= s <= len(classes), "s", s,
+          f"an integer number of classes per client in [1, {len(classes)}]")
+    holders: dict[int, list[int]] = {int(c): [] for c in classes}
+    load = np.zeros(len(classes))
+    for i in range(num_clients):
+        # the s least-used classes, ties broken at random
+        order = np.lexsort((rng.random(len(classes)), load))[:s]
+        for j in order:
+            holders[int(classes[j])].append(i)
+            load[j] += 1
+    parts: list[list[int]] = [[] for _ in range(num_clients)]
+    for c, who in holders.items():
+        if not who:
+            continue
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        for i, chunk in zip(who, np.array_split(idx, len(who))):
+            parts[i].extend(chunk.tolist())
+    return [np.sort(np.array(part, dtype=np.int64)) for part in parts]
+
+
+def skew(labels: np.ndarray, num_clients: int, rng: np.random.Generator, s: float,
+         n: int | Sequence[int], k: int | Sequence[int]) -> list[np.ndarray]:
+    """FedPAC/FedGPA skew: s% of each client's n samples uniform over all classes, the rest
+    split equally over k dominant classes drawn at random.
+
+    ``n`` and ``k`` are fixed integers or lists to draw from per client (FedGPA Settings 2-3).
+    Samples are drawn without replacement from the shared pool, so clients never overlap.
+    """
+    classes = np.unique(labels)
+    check(0 <= s <= 100, "s", s, "a percentage in [0, 100]")
+    n_choices, k_choices = _as_choices(n, "n"), _as_choices(k, "k")
+    check(max(k_choices) <= len(classes), "k", k, f"at most the number of classes ({len(classes)})")
+    pools = {int(c): list(rng.permutation(np.flatnonzero(labels == c))) for c in classes}
+    parts = []
+    for _ in range(num_clients):
+        n_i, k_i = int(rng.choice(n_choices)), int(rng.choice(k_choices))
+        uniform = int(round(n_i * s / 100))
+        counts = dict.fromkeys(pools, 0)
+        for c, m in zip(classes, _split_evenly(uniform, len(classes), rng)):
+            counts[int(c)] += int(m)
+        dominant = rng.choice(classes, size=k_i, replace=False)
+        for c, m in zip(dominant, _split_evenly(n_i - uniform, k_i, rng)):
+            counts[int(c)] += int(m)
+        part = []
+        for c, m in counts.items():
+            if m > len(pools[c]):
+                raise ConfigError("n", n, f"the pool of class {c} ran out ({len(pools[c])} left, {m} needed): "
+                                  f"use fewer clients or a smaller n")
+            part += pools[c][:m]
+            del pools[c][:m]
+        parts.append(np.sort(np.array(part, dtype=np.int64)))
+    return parts
+
+
+def long_tail(labels: np.ndarray, rng: np.random.Generator, imbalance: float) -> np.ndarray:
+    """Global long tail (FedPRP V-A): keep n_c = n_max * gamma^(r_c/(K-1)) samples of the class
+    of rank r_c (classes ranked in label order), so min/max count = gamma. Returns kept indices."""
+    check(0 < imbalance <= 1, "imbalance", imbalance, "a ratio gamma = n_min/n_max in (0, 1]")
+    classes = np.unique(labels)
+    n_max = min(int((labels == c).sum()) for c in classes)
+    keep = []
+    for rank, c in enumerate(classes):
+        n_c = max(1, int(n_max * imbalance ** (rank / max(len(classes) - 1, 1))))
+        keep.append(rng.permutation(np.flatnonzero(labels == c))[:n_c])
+    return np.sort(np.concatenate(keep))
+
+
+FEDGPA_SETTINGS = {
+    # dataset group -> setting -> (n choices, k choices), FedGPA Section 5.1.2
+    "small": {1: (600, 5), 2: (600, [3, 4, 5, 6, 7]), 3: ([300, 900, 1500], [3, 4, 5, 6, 7])},
+    "cifar100": {1: (1200, 50), 2: (1200, list(range(30, 71, 5))), 3: ([900, 1500, 2100], list(range(30, 71, 5)))},
+    "emnist": {1: (1200, 31), 2: (1200, list(range(18, 43, 3))), 3: ([900, 1500, 2100], list(range(18, 43, 3)))},
+}
+
+
+def fedgpa_setting(setting: int, num_classes: int) -> dict:
+    """n and k of FedGPA's Data Heterogeneity Settings 1-3 for a dataset with ``num_classes``."""
+    check(setting in (1, 2, 3), "setting", setting, "1, 2 or 3 (FedGPA Section 5.1.2)")
+    group = {100: "cifar100", 62: "emnist"}.get(num_classes, "small")
+    n, k = FEDGPA_SETTINGS[group][setting]
+    return {"n": n, "k": k}
+
+
+@dataclass(frozen=True)
+class Partitioner:
+    name: str
+    fn: Callable
+    params: dict = field(default_factory=dict)  # name -> description
+    doc: str = ""
+
+
+PARTITIONERS: dict[str, Partitioner] = {
+    "iid": Partitioner("iid", iid, {}, "uniform random split"),
+    "dirichlet": Partitioner("dirichlet", dirichlet, {"alpha": "concentration > 0", "min_size": "min samples per client (10)"},
+                             "label skew, class proportions ~ Dir(alpha)"),
+    "shards": Partitioner("shards", shards, {"s": "classes per client in [1, K]"},
+                          "pathological: s classes per client"),
+    "skew": Partitioner("skew", skew, {"s": "uniform share in [0, 100]", "n": "samples per client (int or list)",
+                                       "k": "dominant classes (int or list)",
+                                       "setting": "FedGPA setting 1|2|3 (fills n, k)"},
+                        "FedPAC/FedGPA: s% uniform + dominant classes"),
+}
+COMMON_PARAMS = {"imbalance": "global long-tail ratio gamma in (0, 1] applied first (FedPRP)",
+                 "test_fraction": "local test size / local train size (0.25)"}
+
+
+def partition(labels: np.ndarray, num_classes: int, num_clients: int, spec: dict, seed: int) -> list[np.ndarray]:
+    """Dispatch a partition spec such as ``{"name": "skew", "s": 20, "setting": 1}``."""
+    spec = dict(spec)
+    name = spec.pop("name", None)
+    if name not in PARTITIONERS:
+        raise ConfigError("partition.name", name, f"one of {', '.join(PARTITIONERS)}")
+    check(isinstance(num_clients, (int, np.integer)) and num_clients >= 1, "num_clients", num_clients,
+          "a positive integer")
+    check(num_clients <= len(labels), "num_clients", num_clients,
+          f"at most the number of training samples ({len(labels)})")
+    spec.pop("test_fraction", None)
+    rng = np.random.default_rng(seed)
+    pool = np.arange(len(labels))
+    imbalance = spec.pop("imbalance", None)
+    if imbalance is not None:
+        pool = long_tail(labels, rng, imbalance)
+    if name == "skew" and "setting" not in spec and not {"n", "k"} <= set(spec):
+        raise ConfigError("partition.setting", None, "setting=1|2|3 (FedGPA) or both n and k for the 'skew' partition")
+    if name == "skew" and "setting" in spec:
+        spec.update({k: v for k, v in fedgpa_setting(spec.pop("setting"), num_classes).items() if k not in spec})
+    if name == "shards":
+        spec["classes_per_client"] = spec.pop("s", spec.get("classes_per_client"))
+    allowed = set(PARTITIONERS[name].params) | {"classes_per_client", "max_tries"}
+    for key in spec:
+        check(key in allowed, f"partition.{key}", spec[key],
+              f"a parameter of '{name}': {', '.join(sorted(PARTITIONERS[name].params)) or 'none'}")
+    try:
+        parts = PARTITIONERS[name].fn(labels[pool], num_clients, rng, **spec)
+    except TypeError as exc:
+        raise ConfigError(f"partition.{name}", spec, f"parameters {PARTITIONERS[name].params} ({exc})") from None
+    parts = [pool[p] for p in parts]
+    empty = [i for i, p in enumerate(parts) if len(p) == 0]
+    check(not empty, "num_clients", num_clients, f"a number that leaves no client empty (clients {empty[:5]} got no data)")
+    return parts
+
+
+def local_test_indices(test_labels: np.ndarray, train_counts: np.ndarray, fraction: float,
+                       seed: int) -> list[np.ndarray]:
+    """Per-client test sets drawn from the global test set with the client's training label
+    distribution: size = round(fraction * n_i), classes by largest remainder, no repeats within a
+    client (clients may share test samples)."""
+    check(0 < fraction <= 10, "test_fraction", fraction, "a positive ratio of local test to train size")
+    rng = np.random.default_rng(seed)
+    by_class = [np.flatnonzero(test_labels == c) for c in range(train_counts.shape[1])]
+    out = []
+    for counts in train_counts:
+        need = largest_remainder(counts, max(1, int(round(fraction * counts.sum()))))
+        part = [rng.choice(by_class[c], size=min(m, len(by_class[c])), replace=False)
+                for c, m in enumerate(need) if m > 0]
+        out.append(np.sort(np.concatenate(part)).astype(np.int64))
+    return out
+
+
+def class_counts(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:
+    """Client x class matrix of sample counts."""
+    return np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts])

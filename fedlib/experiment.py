@@ -1,0 +1,209 @@
+"""run(config) -> result record. Seeds, validation, result cache keyed by config hash, resume."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import random
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import fedlib
+from fedlib.errors import ConfigError, check
+
+RECORD_VERSION = 1  # bump when a change alters results, so cached records are recomputed
+DEFAULT_CACHE = Path(os.environ.get("FEDLIB_CACHE", Path(__file__).resolve().parents[1] / ".fedlib-cache"))
+
+# Scales override the experiment's training budget; everything else stays as configured.
+SCALES = {
+    "ci": {"rounds": 2, "local_epochs": 1},
+    "book": {"rounds": 10, "local_epochs": 1},
+    "paper": {},
+}
+
+
+@dataclass
+class Config:
+    method: str = "fedavg"
+    dataset: str = "fmnist"
+    partition: dict = field(default_factory=lambda: {"name": "skew", "s": 20, "setting": 1})
+    num_clients: int = 20
+    rounds: int = 150
+    local_epochs: int = 5
+    batch_size: int = 50
+    lr: float = 0.02
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    fraction: float = 1.0
+    eval_every: int = 1
+    model: str | None = None
+    hyper: dict = field(default_factory=dict)
+    seed: int = 0
+    device: str = "cpu"
+    eval_personal_global: bool = False
+    global_test_size: int | None = None
+
+    def key(self) -> str:
+        """Hash of everything that changes the result (not the device)."""
+        payload = {k: v for k, v in dataclasses.asdict(self).items() if k != "device"}
+        payload["_record_version"] = RECORD_VERSION
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def with_scale(self, scale: str | None) -> "Config":
+        if scale is None:
+            return self
+        check(scale in SCALES, "scale", scale, f"one of {', '.join(SCALES)}")
+        return dataclasses.replace(self, **SCALES[scale])
+
+
+FIELDS = {f.name for f in dataclasses.fields(Config)}
+
+
+def make_config(**kwargs) -> Config:
+    for key in kwargs:
+        check(key in FIELDS, key, kwargs[key], f"a config field: {', '.join(sorted(FIELDS))}")
+    return Config(**kwargs)
+
+
+def validate(cfg: Config) -> None:
+    """Catch bad configurations before any data is loaded or any training starts."""
+    from fedlib.data.partition import PARTITIONERS
+    from fedlib.data.sources import SOURCES
+    from fedlib.methods import METHODS, make_method
+    from fedlib.models import MODELS
+
+    check(cfg.method in METHODS, "method", cfg.method, f"one of {', '.join(METHODS)}")
+    check(cfg.dataset in SOURCES, "dataset", cfg.dataset, f"one of {', '.join(SOURCES)}")
+    check(isinstance(cfg.partition, dict) and cfg.partition.get("name") in PARTITIONERS, "partition.name",
+          cfg.partition.get("name") if isinstance(cfg.partition, dict) else cfg.partition,
+          f"one of {', '.join(PARTITIONERS)}")
+    check(cfg.model is None or cfg.model in MODELS, "model", cfg.model, f"one of {', '.join(MODELS)}")
+    for name in ("num_clients", "rounds", "local_epochs", "batch_size", "eval_every"):
+        value = getattr(cfg, name)
+        check(isinstance(value, (int, np.integer)) and value >= 1, name, value, "a positive integer")
+    check(isinstance(cfg.lr, (int, float)) and cfg.lr > 0, "lr", cfg.lr, "a positive number")
+    check(isinstance(cfg.fraction, (int, float)) and 0 < cfg.fraction <= 1, "fraction", cfg.fraction,
+          "a client sampling fraction in (0, 1]")
+    check(cfg.optimizer in ("sgd", "adam"), "optimizer", cfg.optimizer, "'sgd' or 'adam'")
+    check(cfg.momentum >= 0 and cfg.weight_decay >= 0, "momentum/weight_decay", (cfg.momentum, cfg.weight_decay),
+          "non-negative numbers")
+    check(cfg.device == "cpu" or cfg.device.startswith("cuda"), "device", cfg.device, "'cpu' or 'cuda[:n]'")
+    if cfg.device.startswith("cuda"):
+        check(torch.cuda.is_available(), "device", cfg.device, "'cpu' (no CUDA device is visible)")
+    make_method(cfg.method, **cfg.hyper)  # validates the hyperparameters
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def code_version() -> str:
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
+                             text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        rev = ""
+    return f"fedlib {fedlib.__version__}" + (f" ({rev})" if rev else "")
+
+
+def _atomic_json(path: Path, obj) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, default=_jsonable))
+    os.replace(tmp, path)
+
+
+def _jsonable(obj):
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, torch.Tensor):
+        return obj.tolist()
+    return str(obj)
+
+
+def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = ""):
+    """Data, model, method and the Federation for a validated config."""
+    from fedlib.data import federate, load_dataset
+    from fedlib.engine.loop import Federation
+    from fedlib.methods import make_method
+    from fedlib.models import DEFAULT_MODEL, build_model
+
+    seed_everything(cfg.seed)
+    data = load_dataset(cfg.dataset)
+    fed = federate(data, cfg.num_clients, cfg.partition, cfg.seed, device=cfg.device)
+    seed_everything(cfg.seed)
+    model = build_model(cfg.model or DEFAULT_MODEL[cfg.dataset], data.input_shape, data.num_classes).to(cfg.device)
+    method = make_method(cfg.method, **cfg.hyper)
+    return Federation(fed, model, method, seed=cfg.seed, rounds=cfg.rounds, local_epochs=cfg.local_epochs,
+                      batch_size=cfg.batch_size, lr=cfg.lr, fraction=cfg.fraction, eval_every=cfg.eval_every,
+                      optimizer=cfg.optimizer, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+                      eval_personal_global=cfg.eval_personal_global, global_test_size=cfg.global_test_size,
+                      checkpoint=checkpoint, progress=progress, desc=desc)
+
+
+def run(cfg: Config, cache_dir: str | os.PathLike | None = DEFAULT_CACHE, progress: bool = True,
+        callbacks=(), desc: str = "") -> dict:
+    """Run one configuration (one seed) and return its result record.
+
+    With a cache directory, a finished config is read back from ``<cache>/<key>.json`` and an
+    interrupted one resumes from ``<cache>/<key>.ckpt``."""
+    validate(cfg)
+    record_path = checkpoint = None
+    if cache_dir is not None:
+        record_path = Path(cache_dir) / f"{cfg.key()}.json"
+        checkpoint = Path(cache_dir) / f"{cfg.key()}.ckpt"
+        if record_path.exists() and not callbacks:
+            return json.loads(record_path.read_text())
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    fed = build(cfg, progress=progress, checkpoint=checkpoint, desc=desc or f"{cfg.method} seed {cfg.seed}")
+    fed.on_round.extend(callbacks)
+    started = time.time()
+    history = fed.run()
+    record = {
+        "config": dataclasses.asdict(cfg), "key": cfg.key(), "seed": cfg.seed, "code_version": code_version(),
+        "device": cfg.device if cfg.device != "cpu" else f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)",
+        "wall_time_s": fed.elapsed, "history": history, "final": history[-1],
+        "final_confusions": {k: [np.asarray(c).tolist() for c in v] for k, v in fed.final_confusions.items()},
+        "train_counts": fed.fed.train_counts.tolist(), "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "resumed": fed.start_round > 0, "session_wall_s": time.time() - started,
+    }
+    if record_path is not None:
+        _atomic_json(record_path, record)
+        checkpoint.unlink(missing_ok=True)
+    return record
+
+
+def run_seeds(cfg: Config, seeds, **kwargs) -> list[dict]:
+    return [run(dataclasses.replace(cfg, seed=int(s)), **kwargs) for s in seeds]
+
+
+SUMMARY_METRICS = ("personal_local_acc", "personal_local_f1", "global_acc", "personal_global_acc")
+
+
+def summarize_runs(records: list[dict], metrics=SUMMARY_METRICS, last: int = 1) -> dict[str, tuple[float, float]]:
+    """mean and std over seeds of each metric; per seed the metric is the last evaluated value
+    (``last`` > 1: the mean of the last ``last`` evaluations)."""
+    out = {}
+    for metric in metrics:
+        values = []
+        for r in records:
+            evals = [row[metric] for row in r["history"] if metric in row]
+            if evals:
+                values.append(float(np.mean(evals[-last:])))
+        if values:
+            out[metric] = (float(np.mean(values)), float(np.std(values)), len(values))
+    return out

@@ -1,0 +1,27 @@
+"""Method registry: name -> class. Each method states only what its paper changes."""
+from fedlib.methods.base import Method
+from fedlib.methods.ditto import Ditto
+from fedlib.methods.fedavg import FedAvg
+from fedlib.methods.fedavg_ft import FedAvgFT
+from fedlib.methods.fedbabu import FedBABU
+from fedlib.methods.fedgpa import FedGPA
+from fedlib.methods.fedpac import FedPAC
+from fedlib.methods.fedper import FedPer
+from fedlib.methods.fedproto import FedProto
+from fedlib.methods.fedprox import FedProx
+from fedlib.methods.fedrep import FedRep
+from fedlib.methods.lg_fedavg import LGFedAvg
+from fedlib.methods.local import Local
+from fedlib.methods.moon import Moon
+from fedlib.methods.scaffold import Scaffold
+from fedlib.errors import ConfigError
+
+METHODS: dict[str, type[Method]] = {m.name: m for m in (
+    Local, FedAvg, FedAvgFT, FedProx, Scaffold, Moon, Ditto, FedPer, LGFedAvg, FedRep, FedBABU, FedProto,
+    FedPAC, FedGPA)}
+
+
+def make_method(name: str, **hyper) -> Method:
+    if name not in METHODS:
+        raise ConfigError("method", name, f"one of {', '.join(METHODS)}")
+    return METHODS[name](**hyper)

@@ -1,0 +1,122 @@
+"""FedGPA (Han et al., AI Open 2025): local-global prototype alignment + personalized aggregation
+of the feature extractor (body) and of the classifier (head).
+
+Readings of the paper, where it is ambiguous (each is stated in the FedGPA chapter too):
+* Eq. 5 regularises the distance between *each sample's* embedding z = f(w_i^f; x) and the global
+  prototype of its class, (lambda/|B|) sum_b ||z_b - C_bar^(y_b)||_2. The printed summand
+  ||C_i^(k) - C_bar^(k)|| does not depend on the sample it is summed over; the per-sample reading is
+  differentiable per mini-batch and bounds the prototype distance from above (triangle inequality).
+* Eq. 8: P_ij = sum_k p_ik ||C_i^(k) - C_j^(k)||_2 with p_ik = |D_ik|/|D_i| inside the sum; a class
+  client j lacks uses the global prototype (padding as in FedPCL Eq. 7). P_ii = 0 makes Eq. 9
+  infinite, so the client counts itself as its nearest peer: P_ii := min_{j != i} P_ij.
+* Eq. 10: the sample-size term is |D_j| / sum_l |D_l| (the printed |D_i| is constant over j).
+* Eq. 7: w_j^c, not w_i^c (index typo).
+* Eq. 13: 1/|D_i| multiplies the whole bracket (FedPAC's estimator); as printed the variance is
+  negative for any realistic client.
+* Eq. 15-16: a single Q = Diag(delta^2) + P would give every client the same beta. Client i uses
+  Q_i = Diag(delta_j^2) + G_i, G_i[j1, j2] = sum_k p_ik (C_i^(k) - C_j1^(k)).(C_i^(k) - C_j2^(k)), the
+  p-weighted Gram matrix of the Eq. 8 prototype differences (diag = squared Eq. 8 distances):
+  bias of the mixed prototypes plus variance, PSD by construction.
+"""
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fedlib.aggregate import mix, select, simplex_qp
+from fedlib.losses import prototype_distance
+from fedlib.methods.base import Hyper, PrototypeSharing, positive, unit_interval
+from fedlib.models import PARTS
+from fedlib.prototypes import feature_variance, pad_prototypes
+
+
+@dataclass
+class GpaHyper(Hyper):
+    lam: float = 1.0      # weight of the alignment term (Eq. 5); the paper gives no value
+    mu: float = 0.5       # similarity vs sample size in Eq. 10 (paper: 0.4-0.6 best)
+    lga: bool = True      # local-global alignment (Table 3)
+    gpa_f: bool = True    # personalized extractor aggregation, Eq. 8-11 (else sample-size average)
+    gpa_c: bool = True    # personalized classifier QP, Eq. 12-16 (else sample-size average)
+
+    def validate(self):
+        positive(self.lam, "lam", allow_zero=True)
+        unit_interval(self.mu, "mu")
+
+
+def prototype_distances(protos: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    """Eq. 8: P_ij = sum_k p_ik ||C_i^(k) - C_j^(k)||_2 (protos padded with global ones)."""
+    p = counts / counts.sum(1, keepdim=True)
+    diff = protos.unsqueeze(1) - protos.unsqueeze(0)                 # (m, m, K, d)
+    return (p.unsqueeze(1) * torch.linalg.vector_norm(diff, dim=-1)).sum(-1)
+
+
+def extractor_weights(P: torch.Tensor, sizes: torch.Tensor, mu: float) -> np.ndarray:
+    """Eq. 9-11: alpha_ij from inverse distances (self = nearest peer) mixed with sample sizes."""
+    P = P.double().clone()
+    m = len(P)
+    if m > 1:
+        off = P + torch.diag(torch.full((m,), float("inf"), dtype=P.dtype))
+        P.fill_diagonal_(0).add_(torch.diag(off.min(1).values))
+    inv = 1.0 / P.clamp_min(1e-12)
+    size = (sizes / sizes.sum()).double()
+    alpha_hat = mu * inv / inv.sum(1, keepdim=True) + (1 - mu) * size.unsqueeze(0)
+    return (alpha_hat / alpha_hat.sum(1, keepdim=True)).numpy()
+
+
+def classifier_weights(protos: torch.Tensor, counts: torch.Tensor, variances: torch.Tensor) -> np.ndarray:
+    """Eq. 12-16 per client i: beta_i = argmin beta^T (Diag(delta^2) + G_i) beta on the simplex."""
+    p = (counts / counts.sum(1, keepdim=True)).double().cpu().numpy()
+    C = protos.double().cpu().numpy()                               # (m, K, d)
+    v = variances.double().cpu().numpy()
+    B = np.zeros((len(C), len(C)))
+    for i in range(len(C)):
+        diff = (C[i][None] - C) * np.sqrt(p[i])[None, :, None]       # (m, K, d)
+        G = np.einsum("akd,bkd->ab", diff, diff)
+        B[i] = simplex_qp(np.diag(v) + G)
+    return B
+
+
+class FedGPA(PrototypeSharing):
+    name = "fedgpa"
+    paper = "Han et al., AI Open 6 (2025)"
+    Hyper = GpaHyper
+    shared = PARTS
+    personalized = True
+    has_global_model = False
+
+    def init_server(self, server, init, clients):
+        super().init_server(server, init, clients)
+        server.state["personal"] = {}
+
+    def broadcast(self, server, client):
+        msg = super().broadcast(server, client)
+        msg["params"] = server.state["personal"].get(client.id, server.state["global"])
+        return msg
+
+    def local_loss(self, out, batch, params, ctx):
+        loss = F.cross_entropy(out.logits, batch.y)
+        if self.hp.lga:
+            loss = loss + self.hp.lam * prototype_distance(out.z, batch.y, ctx.received["protos"],
+                                                           ctx.received["present"])
+        return loss
+
+    def upload(self, ctx, params, client, executor):
+        up = super().upload(ctx, params, client, executor)
+        up["variance"] = feature_variance(up["counts"], up["sq"], up["protos"])
+        return up
+
+    def aggregate(self, server, uploads, clients):
+        super().aggregate(server, uploads, clients)  # global prototypes (Eq. 4) and the size-weighted average
+        ids, ups = list(uploads), list(uploads.values())
+        counts = torch.stack([u["counts"] for u in ups])
+        protos = pad_prototypes(torch.stack([u["protos"] for u in ups]), counts, server.state["protos"])
+        sizes = counts.sum(1)
+        fedavg = np.tile((sizes / sizes.sum()).double().numpy(), (len(ids), 1))
+        alpha = extractor_weights(prototype_distances(protos, counts), sizes, self.hp.mu) if self.hp.gpa_f else fedavg
+        beta = classifier_weights(protos, counts, torch.stack([u["variance"] for u in ups])) if self.hp.gpa_c else fedavg
+        bodies = mix([select(u["params"], ("body", "projector")) for u in ups], alpha)
+        heads = mix([select(u["params"], ("head",)) for u in ups], beta)
+        for i, body, head in zip(ids, bodies, heads):
+            server.state["personal"][i] = {**body, **head}
+        server.state["weights"] = {"participants": ids, "alpha": alpha, "beta": beta}

@@ -1,0 +1,10 @@
+"""FedPer (Arivazhagan et al., 2019): base layers (body) averaged, personal head kept local."""
+from fedlib.methods.base import Method
+
+
+class FedPer(Method):
+    name = "fedper"
+    paper = "Arivazhagan et al., arXiv:1912.00818"
+    shared = ("body", "projector")
+    personalized = True
+    has_global_model = False

@@ -1,0 +1,25 @@
+"""FedProx (Li et al., MLSys 2020): CE + (mu/2) ||w - w_global||^2  (its Eq. 2)."""
+from dataclasses import dataclass
+
+import torch.nn.functional as F
+
+from fedlib.methods.base import Hyper, Method, positive
+
+
+@dataclass
+class ProxHyper(Hyper):
+    mu: float = 0.01
+
+    def validate(self):
+        positive(self.mu, "mu", allow_zero=True)
+
+
+class FedProx(Method):
+    name = "fedprox"
+    paper = "Li et al., MLSys 2020"
+    Hyper = ProxHyper
+
+    def local_loss(self, out, batch, params, ctx):
+        anchor = ctx.received["params"]
+        prox = sum(((params[k] - anchor[k]) ** 2).sum() for k in params if params[k].requires_grad)
+        return F.cross_entropy(out.logits, batch.y) + 0.5 * self.hp.mu * prox

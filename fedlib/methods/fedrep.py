@@ -1,0 +1,29 @@
+"""FedRep (Collins et al., ICML 2021): shared body, personal head; locally the head trains first
+(body frozen), then the body (head frozen). The server averages bodies."""
+from dataclasses import dataclass
+
+from fedlib.engine.core import Phase
+from fedlib.methods.base import Hyper, Method, positive
+
+
+@dataclass
+class RepHyper(Hyper):
+    head_epochs: int = 10
+    body_epochs: int = 1
+
+    def validate(self):
+        positive(self.head_epochs, "head_epochs")
+        positive(self.body_epochs, "body_epochs")
+
+
+class FedRep(Method):
+    name = "fedrep"
+    paper = "Collins et al., ICML 2021"
+    Hyper = RepHyper
+    shared = ("body", "projector")
+    personalized = True
+    has_global_model = False
+
+    def local_phases(self, ctx):
+        return [Phase(trainable=("head",), epochs=self.hp.head_epochs),
+                Phase(trainable=("body", "projector"), epochs=self.hp.body_epochs)]

@@ -1,0 +1,10 @@
+"""LG-FedAvg (Liang et al., 2020): local representation (body) per client, global head averaged."""
+from fedlib.methods.base import Method
+
+
+class LGFedAvg(Method):
+    name = "lg_fedavg"
+    paper = "Liang et al., arXiv:2001.01523"
+    shared = ("head",)
+    personalized = True
+    has_global_model = False

@@ -1,0 +1,10 @@
+"""Local (Solo): every client trains alone; nothing is communicated."""
+from fedlib.methods.base import Method
+
+
+class Local(Method):
+    name = "local"
+    paper = "no communication"
+    shared = ()
+    personalized = True
+    has_global_model = False

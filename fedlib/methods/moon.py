@@ -1,0 +1,43 @@
+"""MOON (Li et al., CVPR 2021): CE + mu * model-contrastive loss (its Eq. 3-4).
+
+l_con = -log( e^{sim(z, z_glob)/tau} / (e^{sim(z, z_glob)/tau} + e^{sim(z, z_prev)/tau}) ),
+z from the projector output; z_glob from the received global model, z_prev from the client's
+model of its last round (the global model on its first round)."""
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from fedlib.methods.base import Hyper, Method, positive
+
+
+@dataclass
+class MoonHyper(Hyper):
+    mu: float = 1.0
+    tau: float = 0.5
+
+    def validate(self):
+        positive(self.mu, "mu", allow_zero=True)
+        positive(self.tau, "tau")
+
+
+class Moon(Method):
+    name = "moon"
+    paper = "Li et al., CVPR 2021"
+    Hyper = MoonHyper
+
+    def broadcast(self, server, client):
+        return {"params": server.state["global"], "previous": client.state.get("previous", server.state["global"])}
+
+    def local_loss(self, out, batch, params, ctx):
+        with torch.no_grad():
+            z_glob = ctx.model_fn(ctx.received["params"], batch.x).z
+            z_prev = ctx.model_fn(ctx.received["previous"], batch.x).z
+        pos = F.cosine_similarity(out.z, z_glob, dim=1) / self.hp.tau
+        neg = F.cosine_similarity(out.z, z_prev, dim=1) / self.hp.tau
+        contrastive = -(pos - torch.logsumexp(torch.stack([pos, neg], 1), 1)).mean()
+        return F.cross_entropy(out.logits, batch.y) + self.hp.mu * contrastive
+
+    def upload(self, ctx, params, client, executor):
+        client.state["previous"] = params
+        return super().upload(ctx, params, client, executor)

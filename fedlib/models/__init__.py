@@ -1,0 +1,114 @@
+"""The papers' models, each split into body (feature extractor), projector and head (classifier).
+
+Parameter names start with ``body.``, ``projector.`` or ``head.``; methods select parts by prefix.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from fedlib.errors import ConfigError
+
+PARTS = ("body", "projector", "head")
+
+
+class SplitModel(nn.Module):
+    """body -> projector -> head. ``features`` is the projector output (the prototype space)."""
+
+    def __init__(self, body: nn.Module, feature_dim: int, num_classes: int, projector: nn.Module | None = None,
+                 projector_dim: int | None = None):
+        super().__init__()
+        self.body = body
+        self.projector = projector if projector is not None else nn.Identity()
+        self.feature_dim = projector_dim or feature_dim
+        self.head = nn.Linear(self.feature_dim, num_classes)
+
+    def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(features z, logits)."""
+        z = self.projector(self.body(x))
+        return z, self.head(z)
+
+    def forward(self, x: torch.Tensor, with_features: bool = False):
+        z, logits = self.forward_features(x)
+        return (z, logits) if with_features else logits
+
+
+def _conv_stack(in_ch: int, channels: list[int], size: int, kernel: int = 5) -> tuple[nn.Sequential, int]:
+    """conv(k) -> ReLU -> maxpool(2) per channel count. Inputs too small for unpadded convs
+    (e.g. 8x8 digits) get 'same' padding; returns the stack and its flattened output size."""
+    layers, ch = [], in_ch
+    pad = 0
+    if size - len(channels) * (kernel - 1) < 2 ** len(channels):  # would collapse to nothing
+        pad = kernel // 2
+    for out in channels:
+        layers += [nn.Conv2d(ch, out, kernel, padding=pad), nn.ReLU(), nn.MaxPool2d(2)]
+        ch = out
+        size = (size + 2 * pad - kernel + 1) // 2
+    if size < 1:
+        raise ConfigError("model", f"{len(channels)}-conv CNN", f"inputs of at least {2 ** len(channels)} pixels")
+    return nn.Sequential(*layers, nn.Flatten()), ch * size * size
+
+
+def cnn2(input_shape, num_classes: int) -> SplitModel:
+    """FedGPA 5.1.1 (FMNIST/EMNIST): conv16-conv32 (5x5, max-pool) -> fc128 | head fc K."""
+    convs, flat = _conv_stack(input_shape[0], [16, 32], input_shape[1])
+    return SplitModel(nn.Sequential(convs, nn.Linear(flat, 128), nn.ReLU()), 128, num_classes)
+
+
+def cnn3(input_shape, num_classes: int) -> SplitModel:
+    """FedGPA 5.1.1 (CIFAR-10/CINIC-10/CIFAR-100): conv16-conv32-conv64 -> fc128 | head fc K.
+
+    The three convolutions use 3x3 kernels so that a 32x32 input survives three poolings."""
+    convs, flat = _conv_stack(input_shape[0], [16, 32, 64], input_shape[1], kernel=3)
+    return SplitModel(nn.Sequential(convs, nn.Linear(flat, 128), nn.ReLU()), 128, num_classes)
+
+
+def cnn_fedavg(input_shape, num_classes: int) -> SplitModel:
+    """McMahan et al.'s MNIST CNN: conv32-conv64 (5x5, max-pool) -> fc512 | head fc K."""
+    convs, flat = _conv_stack(input_shape[0], [32, 64], input_shape[1])
+    return SplitModel(nn.Sequential(convs, nn.Linear(flat, 512), nn.ReLU()), 512, num_classes)
+
+
+def cnn_cspc(input_shape, num_classes: int) -> SplitModel:
+    """pFedCSPC's CIFAR-10 model: encoder of two 5x5 convs (6, 16 channels) with 2x2 max-pool and
+    two ReLU FC layers (120, 84); projector a 2-layer MLP (84 -> 84 -> 256, as in MOON, which the
+    paper follows); classifier one linear layer. Channel and width numbers are MOON's: the paper
+    gives none."""
+    convs, flat = _conv_stack(input_shape[0], [6, 16], input_shape[1])
+    body = nn.Sequential(convs, nn.Linear(flat, 120), nn.ReLU(), nn.Linear(120, 84), nn.ReLU())
+    projector = nn.Sequential(nn.Linear(84, 84), nn.ReLU(), nn.Linear(84, 256))
+    return SplitModel(body, 84, num_classes, projector=projector, projector_dim=256)
+
+
+def resnet18(input_shape, num_classes: int) -> SplitModel:
+    """torchvision ResNet-18 (random init) without its fc as body; linear head on 512 features."""
+    import torchvision
+
+    net = torchvision.models.resnet18(weights=None)
+    if input_shape[0] != 3:
+        net.conv1 = nn.Conv2d(input_shape[0], 64, 7, 2, 3, bias=False)
+    net.fc = nn.Identity()
+    return SplitModel(net, 512, num_classes)
+
+
+def mlp(input_shape, num_classes: int, hidden: int = 128) -> SplitModel:
+    return SplitModel(nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), nn.ReLU()),
+                      hidden, num_classes)
+
+
+MODELS = {"cnn2": cnn2, "cnn3": cnn3, "cnn_fedavg": cnn_fedavg, "cnn_cspc": cnn_cspc, "resnet18": resnet18,
+          "mlp": mlp}
+DEFAULT_MODEL = {"fmnist": "cnn2", "mnist": "cnn2", "emnist": "cnn2", "digits": "cnn2", "usps": "cnn2",
+                 "cifar10": "cnn3", "cifar100": "cnn3", "svhn": "cnn3"}
+
+
+def build_model(name: str, input_shape, num_classes: int) -> SplitModel:
+    if name not in MODELS:
+        raise ConfigError("model", name, f"one of {', '.join(MODELS)}")
+    return MODELS[name](tuple(input_shape), num_classes)
+
+
+def part_of(param_name: str) -> str:
+    return param_name.split(".", 1)[0]

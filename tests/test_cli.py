@@ -1,0 +1,37 @@
+import pytest
+
+from fedlib.cli import main
+
+
+def test_list_shows_everything(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for word in ["fedgpa", "fedpac", "scaffold", "dirichlet", "skew", "cifar10", "cnn2", "book"]:
+        assert word in out
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["run", "--method", "fedx"], ["method='fedx'", "one of"]),
+    (["run", "--partition", "dirichlet", "alpha=0"], ["alpha=0", "positive"]),
+    (["run", "--partition", "skew", "s=120", "setting=1"], ["s=120", "[0, 100]"]),
+    (["run", "--set", "fraction=0"], ["fraction=0", "(0, 1]"]),
+    (["run", "--dataset", "digits", "--clients", "5000"], ["num_clients=5000", "at most"]),
+    (["run", "--dataset", "svhn"], ["svhn", "not found", "download"]),
+])
+def test_bad_input_is_one_line_without_traceback(capsys, argv, words):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err and err.count("\n") == 1
+    for w in words:
+        assert w in err
+
+
+def test_run_prints_a_table(capsys, tmp_path):
+    out_json = tmp_path / "r.json"
+    code = main(["run", "--method", "fedavg", "fedgpa", "--dataset", "digits", "--partition", "dirichlet", "alpha=1",
+                 "--clients", "4", "--scale", "ci", "--seeds", "0", "1", "--cache", str(tmp_path), "--no-progress",
+                 "--out", str(out_json)])
+    assert code == 0
+    out = capsys.readouterr().out
+    assert "fedgpa" in out and "±" in out and "personal local acc" in out
+    assert out_json.exists()

@@ -1,0 +1,96 @@
+import dataclasses
+
+import numpy as np
+import pytest
+
+from fedlib.errors import ConfigError, TrainingDiverged
+from fedlib.experiment import make_config, run, validate
+from fedlib.methods import METHODS
+
+DIGITS = dict(dataset="digits", partition={"name": "dirichlet", "alpha": 1.0, "min_size": 30}, num_clients=4,
+              rounds=2, local_epochs=2, batch_size=32, lr=0.05)
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_every_method_learns_above_chance_in_two_rounds(method):
+    record = run(make_config(method=method, **DIGITS), cache_dir=None, progress=False)
+    final = record["final"]
+    assert final["personal_local_acc"] > 0.3, final  # chance is 0.1 on 10 balanced classes
+    assert np.isfinite(final["train_loss"])
+
+
+def test_cpu_runs_are_bitwise_repeatable():
+    cfg = make_config(method="fedgpa", **DIGITS)
+    a = run(cfg, cache_dir=None, progress=False)
+    b = run(cfg, cache_dir=None, progress=False)
+    strip = lambda h: [{k: v for k, v in row.items() if k != "elapsed_s"} for row in h]  # noqa: E731
+    assert strip(a["history"]) == strip(b["history"])
+    assert a["final_confusions"] == b["final_confusions"]
+    c = run(dataclasses.replace(cfg, seed=1), cache_dir=None, progress=False)
+    assert strip(c["history"]) != strip(a["history"])
+
+
+class Crash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("method", ["scaffold", "fedpac", "ditto"])
+def test_resume_after_a_crash_equals_an_uninterrupted_run(tmp_path, method):
+    cfg = make_config(method=method, **{**DIGITS, "rounds": 4, "local_epochs": 1})
+    whole = run(cfg, cache_dir=tmp_path / "a", progress=False)
+
+    def crash_after_round_2(federation, t):
+        if t == 1:
+            raise Crash
+
+    with pytest.raises(Crash):
+        run(cfg, cache_dir=tmp_path / "b", progress=False, callbacks=[crash_after_round_2])
+    assert (tmp_path / "b" / f"{cfg.key()}.ckpt").exists()
+    resumed = run(cfg, cache_dir=tmp_path / "b", progress=False)
+    assert resumed["resumed"]
+    strip = lambda h: [{k: v for k, v in row.items() if k != "elapsed_s"} for row in h]  # noqa: E731
+    assert strip(resumed["history"]) == strip(whole["history"])
+    # a finished config is served from the cache
+    assert run(cfg, cache_dir=tmp_path / "b", progress=False)["finished_at"] == resumed["finished_at"]
+
+
+def test_nan_loss_stops_with_round_and_client_and_keeps_checkpoint(tmp_path):
+    cfg = make_config(method="fedavg", **{**DIGITS, "lr": 1e6, "rounds": 3})
+    with pytest.raises(TrainingDiverged, match=r"round \d+, client \d+"):
+        run(cfg, cache_dir=tmp_path, progress=False)
+    ckpts = list(tmp_path.glob("*.ckpt"))
+    # the run diverges in round 1 or later; if a round finished, its checkpoint is there
+    assert not list(tmp_path.glob("*.json"))
+    assert len(ckpts) <= 1
+
+
+@pytest.mark.parametrize("kwargs, field", [
+    ({"method": "fedx"}, "method"),
+    ({"dataset": "imagenet"}, "dataset"),
+    ({"fraction": 0.0}, "fraction"),
+    ({"fraction": 1.5}, "fraction"),
+    ({"lr": -1}, "lr"),
+    ({"rounds": 0}, "rounds"),
+    ({"model": "vgg"}, "model"),
+    ({"method": "fedgpa", "hyper": {"mu": 2}}, "hyper.mu"),
+    ({"method": "fedprox", "hyper": {"nu": 1}}, "hyper.nu"),
+    ({"partition": {"name": "zipf"}}, "partition.name"),
+])
+def test_bad_config_is_caught_before_training(kwargs, field):
+    with pytest.raises(ConfigError) as err:
+        validate(make_config(**kwargs))
+    assert err.value.field == field
+
+
+def test_unknown_config_field():
+    with pytest.raises(ConfigError, match="a config field"):
+        make_config(roundz=3)
+
+
+def test_partial_participation_samples_a_fraction():
+    from fedlib.engine.loop import sample_clients
+
+    picks = [sample_clients(20, 0.25, 0, t) for t in range(50)]
+    assert all(len(p) == 5 and len(set(p)) == 5 for p in picks)
+    assert len({tuple(p) for p in picks}) > 40
+    assert sample_clients(20, 0.25, 0, 3) == sample_clients(20, 0.25, 0, 3)

@@ -1,0 +1,25 @@
+import numpy as np
+import torch
+from sklearn.metrics import accuracy_score, confusion_matrix, f1_score
+
+from fedlib.metrics import accuracy, confusion, group_accuracy, i_local, macro_f1
+
+
+def test_metrics_match_scikit_learn():
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        y = rng.integers(0, 6, 200)
+        pred = np.where(rng.random(200) < 0.6, y, rng.integers(0, 8, 200))  # classes 6, 7 only predicted
+        if trial % 3 == 0:
+            y[y == 2] = 3  # a class absent from y_true
+        C = confusion(torch.as_tensor(y), torch.as_tensor(pred), 8)
+        assert (C == confusion_matrix(y, pred, labels=range(8))).all()
+        assert np.isclose(accuracy(C), accuracy_score(y, pred))
+        assert np.isclose(macro_f1(C), f1_score(y, pred, average="macro"))
+        a, f = accuracy_score(y, pred), f1_score(y, pred, average="macro")
+        assert np.isclose(i_local(C), 2 * a * f / (a + f))
+
+
+def test_group_accuracy():
+    C = np.array([[5, 5, 0], [0, 10, 0], [1, 1, 8]])
+    assert group_accuracy(C, np.array([0, 2])) == (5 + 8) / (10 + 10)

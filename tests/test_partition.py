@@ -1,0 +1,126 @@
+import numpy as np
+import pytest
+
+from fedlib.data.partition import (class_counts, dirichlet, fedgpa_setting, iid, local_test_indices, long_tail,
+                                   partition, shards, skew)
+from fedlib.errors import ConfigError
+
+LABELS = np.repeat(np.arange(10), 600)  # 6000 samples, balanced
+
+
+def assert_disjoint(parts, total=None):
+    flat = np.concatenate(parts)
+    assert len(flat) == len(np.unique(flat)), "a sample went to two clients"
+    if total is not None:
+        assert len(flat) == total
+
+
+def entropy(counts):
+    p = counts / counts.sum(1, keepdims=True)
+    return -(p * np.log(np.where(p > 0, p, 1))).sum(1).mean()
+
+
+def test_iid_sizes_and_coverage():
+    parts = iid(LABELS, 7, np.random.default_rng(0))
+    assert_disjoint(parts, len(LABELS))
+    sizes = [len(p) for p in parts]
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_dirichlet_min_size_disjoint_and_skew_grows_as_alpha_falls():
+    low = dirichlet(LABELS, 20, np.random.default_rng(0), alpha=0.1, min_size=20)
+    high = dirichlet(LABELS, 20, np.random.default_rng(0), alpha=100.0, min_size=20)
+    for parts in (low, high):
+        assert_disjoint(parts, len(LABELS))
+        assert min(len(p) for p in parts) >= 20
+    assert entropy(class_counts(LABELS, low, 10)) < 1.2 < entropy(class_counts(LABELS, high, 10))
+
+
+def test_partition_is_deterministic_per_seed():
+    spec = {"name": "dirichlet", "alpha": 0.3}
+    a, b = partition(LABELS, 10, 10, spec, 3), partition(LABELS, 10, 10, spec, 3)
+    c = partition(LABELS, 10, 10, spec, 4)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert not all(np.array_equal(x, y) for x, y in zip(a, c))
+
+
+def test_shards_give_exactly_s_classes_balanced_holders():
+    parts = shards(LABELS, 20, np.random.default_rng(1), classes_per_client=3)
+    assert_disjoint(parts, len(LABELS))
+    counts = class_counts(LABELS, parts, 10)
+    assert ((counts > 0).sum(1) == 3).all()
+    holders = (counts > 0).sum(0)
+    assert holders.max() - holders.min() <= 1  # 60 slots over 10 classes: 6 each
+
+
+def test_skew_setting1_shares():
+    spec = fedgpa_setting(1, 10)
+    assert spec == {"n": 600, "k": 5}
+    labels = np.repeat(np.arange(10), 6000)
+    parts = skew(labels, 20, np.random.default_rng(0), s=20, **spec)
+    assert_disjoint(parts)
+    counts = class_counts(labels, parts, 10)
+    assert (counts.sum(1) == 600).all()
+    # 20% uniform: 12 of every class; 80% over 5 dominant classes: +96 each
+    assert set(np.unique(counts)) == {12, 108}
+    assert ((counts == 108).sum(1) == 5).all()
+
+
+@pytest.mark.parametrize("setting", [2, 3])
+def test_skew_settings_2_3_draw_n_and_k_from_their_sets(setting):
+    labels = np.repeat(np.arange(10), 6000)
+    parts = partition(labels, 10, 30, {"name": "skew", "s": 0, "setting": setting}, 0)
+    counts = class_counts(labels, parts, 10)
+    ks = (counts > 0).sum(1)
+    assert set(ks) <= {3, 4, 5, 6, 7} and len(set(ks)) > 1
+    sizes = set(counts.sum(1))
+    assert sizes == {600} if setting == 2 else sizes <= {300, 900, 1500} and len(sizes) > 1
+
+
+def test_long_tail_ratio():
+    kept = long_tail(LABELS, np.random.default_rng(0), imbalance=0.1)
+    n = np.bincount(LABELS[kept], minlength=10)
+    assert n[0] == 600 and n[-1] == 60
+    assert (np.diff(n) <= 0).all()
+
+
+def test_long_tail_with_shards_keeps_only_kept_samples():
+    parts = partition(LABELS, 10, 10, {"name": "shards", "s": 2, "imbalance": 0.05}, 0)
+    total = class_counts(LABELS, parts, 10).sum(0)
+    assert total[0] == 600 and total[-1] == 30
+
+
+def test_local_test_follows_train_distribution():
+    labels_test = np.repeat(np.arange(10), 100)
+    train_counts = np.array([[100, 0, 0, 300, 0, 0, 0, 0, 0, 0], [10] * 10])
+    tests = local_test_indices(labels_test, train_counts, 0.25, 0)
+    c = class_counts(labels_test, tests, 10)
+    assert c[0].tolist() == [25, 0, 0, 75, 0, 0, 0, 0, 0, 0]
+    assert c[1].sum() == 25 and (c[1] > 0).sum() >= 5
+
+
+@pytest.mark.parametrize("spec, field", [
+    ({"name": "dirichlet", "alpha": 0}, "alpha"),
+    ({"name": "dirichlet", "alpha": -1}, "alpha"),
+    ({"name": "skew", "s": 101, "setting": 1}, "s"),
+    ({"name": "skew", "s": -5, "n": 10, "k": 2}, "s"),
+    ({"name": "shards", "s": 11}, "s"),
+    ({"name": "nope"}, "partition.name"),
+    ({"name": "iid", "imbalance": 0}, "imbalance"),
+    ({"name": "iid", "bogus": 1}, "partition.bogus"),
+])
+def test_bad_partition_arguments_name_the_field(spec, field):
+    with pytest.raises(ConfigError) as err:
+        partition(LABELS, 10, 10, spec, 0)
+    assert err.value.field == field
+    assert "not allowed" in str(err.value)
+
+
+def test_more_clients_than_samples_is_refused():
+    with pytest.raises(ConfigError, match="num_clients"):
+        partition(LABELS[:5], 10, 6, {"name": "iid"}, 0)
+
+
+def test_skew_pool_exhaustion_is_a_clear_error():
+    with pytest.raises(ConfigError, match="ran out"):
+        partition(LABELS, 10, 20, {"name": "skew", "s": 20, "n": 600, "k": 5}, 0)
