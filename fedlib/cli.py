@@ -14,6 +14,7 @@ import dataclasses
 import json
 import sys
 
+from fedlib.book import NotebookFailed
 from fedlib.errors import ConfigError, DataNotFoundError, TrainingDiverged
 
 
@@ -137,7 +138,7 @@ def main(argv=None) -> int:
             from fedlib.book import build_book
 
             return build_book(args.manifest, only=args.config, build=not args.no_build)
-    except (ConfigError, DataNotFoundError, TrainingDiverged) as exc:
+    except (ConfigError, DataNotFoundError, TrainingDiverged, NotebookFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

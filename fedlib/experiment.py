@@ -50,10 +50,14 @@ class Config:
     device: str = "cpu"
     eval_personal_global: bool = False
     global_test_size: int | None = None
+    data_options: dict = field(default_factory=dict)  # keyword arguments of composite datasets (digit4)
+    backbones: list | None = None  # frozen backbones: train on their concatenated features (FedPCL)
 
     def key(self) -> str:
-        """Hash of everything that changes the result (not the device)."""
-        payload = {k: v for k, v in dataclasses.asdict(self).items() if k != "device"}
+        """Hash of everything that changes the result (not the device). Fields left at their
+        'off' defaults are omitted so that adding a field keeps existing cache keys."""
+        payload = {k: v for k, v in dataclasses.asdict(self).items()
+                   if k != "device" and not (k in ("data_options", "backbones") and not v)}
         payload["_record_version"] = RECORD_VERSION
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -76,12 +80,16 @@ def make_config(**kwargs) -> Config:
 def validate(cfg: Config) -> None:
     """Catch bad configurations before any data is loaded or any training starts."""
     from fedlib.data.partition import PARTITIONERS
-    from fedlib.data.sources import SOURCES
     from fedlib.methods import METHODS, make_method
     from fedlib.models import MODELS
 
+    from fedlib.backbones import BACKBONES
+    from fedlib.data.sources import DATASET_NAMES
+
     check(cfg.method in METHODS, "method", cfg.method, f"one of {', '.join(METHODS)}")
-    check(cfg.dataset in SOURCES, "dataset", cfg.dataset, f"one of {', '.join(SOURCES)}")
+    check(cfg.dataset in DATASET_NAMES, "dataset", cfg.dataset, f"one of {', '.join(DATASET_NAMES)}")
+    for name in cfg.backbones or []:
+        check(name in BACKBONES, "backbones", name, f"names from {', '.join(BACKBONES)}")
     check(isinstance(cfg.partition, dict) and cfg.partition.get("name") in PARTITIONERS, "partition.name",
           cfg.partition.get("name") if isinstance(cfg.partition, dict) else cfg.partition,
           f"one of {', '.join(PARTITIONERS)}")
@@ -140,13 +148,17 @@ def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = ""):
     from fedlib.data import federate, load_dataset
     from fedlib.engine.loop import Federation
     from fedlib.methods import make_method
-    from fedlib.models import DEFAULT_MODEL, build_model
+    from fedlib.models import build_model
 
     seed_everything(cfg.seed)
-    data = load_dataset(cfg.dataset)
+    data = load_dataset(cfg.dataset, **cfg.data_options)
+    if cfg.backbones:
+        from fedlib.backbones import featurize
+
+        data = featurize(data, list(cfg.backbones), cache_dir=DEFAULT_CACHE)
     fed = federate(data, cfg.num_clients, cfg.partition, cfg.seed, device=cfg.device)
     seed_everything(cfg.seed)
-    model = build_model(cfg.model or DEFAULT_MODEL[cfg.dataset], data.input_shape, data.num_classes).to(cfg.device)
+    model = build_model(cfg.model, data.input_shape, data.num_classes, cfg.dataset).to(cfg.device)
     method = make_method(cfg.method, **cfg.hyper)
     return Federation(fed, model, method, seed=cfg.seed, rounds=cfg.rounds, local_epochs=cfg.local_epochs,
                       batch_size=cfg.batch_size, lr=cfg.lr, fraction=cfg.fraction, eval_every=cfg.eval_every,

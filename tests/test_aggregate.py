@@ -103,3 +103,41 @@ def test_global_prototypes_are_count_weighted_and_padding():
     assert torch.allclose(glob, torch.tensor([[3.0], [2.0]])) and present.all()
     padded = pad_prototypes(protos, counts, glob)
     assert padded[0, 1, 0] == 2.0 and padded[0, 0, 0] == 1.0
+
+
+def test_prototype_contrastive_by_hand_and_over_sets():
+    import math
+
+    from fedlib.losses import prototype_contrastive
+
+    z = torch.tensor([[1.0, 0.0]])
+    C = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    y = torch.tensor([0])
+    # -log e^{1/t} / (e^{0/t} + e^{-1/t}) with t = 0.5: negatives only in the denominator (FedPCL Eq. 8)
+    expected = -(1 / 0.5) + math.log(math.exp(0.0) + math.exp(-2.0))
+    assert math.isclose(float(prototype_contrastive(z, y, C, 0.5)), expected, rel_tol=1e-6)
+    two = torch.stack([C, C.flip(0)])
+    mean_of_sets = (prototype_contrastive(z, y, C, 0.5) + prototype_contrastive(z, y, C.flip(0), 0.5)) / 2
+    assert torch.isclose(prototype_contrastive(z, y, two, 0.5), mean_of_sets)
+
+
+def test_supervised_contrastive_by_hand():
+    import math
+
+    from fedlib.losses import supervised_contrastive
+
+    z = torch.tensor([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
+    y = torch.tensor([0, 0, 1])
+    # anchors 0 and 1 have one positive each; anchor 2 has none and is skipped
+    per = -(1.0 - math.log(math.exp(1.0) + math.exp(0.0)))
+    assert math.isclose(float(supervised_contrastive(z, y, 1.0)), per, rel_tol=1e-6)
+
+
+def test_losses_without_positives_or_prototypes_still_backpropagate():
+    from fedlib.losses import prototype_distance, prototype_mse, supervised_contrastive
+
+    z = torch.randn(3, 4, requires_grad=True)
+    y = torch.tensor([0, 1, 2])  # no two samples share a label
+    for loss in (supervised_contrastive(z, y, 0.1), prototype_mse(z, y, None), prototype_distance(z, y, None)):
+        assert float(loss.detach()) == 0.0
+        loss.backward()

@@ -135,6 +135,25 @@ def skew(labels: np.ndarray, num_clients: int, rng: np.random.Generator, s: floa
     return parts
 
 
+def domains(labels: np.ndarray, num_clients: int, rng: np.random.Generator, domains: np.ndarray,
+            alpha: float | None = None, min_size: int = 2) -> list[np.ndarray]:
+    """Feature shift (FedPCL): every client holds one domain; a domain's samples are split over its
+    num_clients / D clients iid, or with Dirichlet(alpha) label skew (feature & label shift)."""
+    names = np.unique(domains)
+    check(num_clients % len(names) == 0, "num_clients", num_clients,
+          f"a multiple of the number of domains ({len(names)}) for the 'domains' partition")
+    per = num_clients // len(names)
+    parts = []
+    for d in names:
+        idx = np.flatnonzero(domains == d)
+        if alpha is None:
+            sub = iid(labels[idx], per, rng)
+        else:
+            sub = dirichlet(labels[idx], per, rng, alpha=alpha, min_size=min_size)
+        parts += [idx[s] for s in sub]
+    return parts
+
+
 def long_tail(labels: np.ndarray, rng: np.random.Generator, imbalance: float) -> np.ndarray:
     """Global long tail (FedPRP V-A): keep n_c = n_max * gamma^(r_c/(K-1)) samples of the class
     of rank r_c (classes ranked in label order), so min/max count = gamma. Returns kept indices."""
@@ -178,6 +197,9 @@ PARTITIONERS: dict[str, Partitioner] = {
                              "label skew, class proportions ~ Dir(alpha)"),
     "shards": Partitioner("shards", shards, {"s": "classes per client in [1, K]"},
                           "pathological: s classes per client"),
+    "domains": Partitioner("domains", domains, {"alpha": "None (iid within a domain) or Dirichlet alpha > 0",
+                                                "min_size": "min samples per client with alpha (2)"},
+                           "feature shift: one domain per client (datasets with domains, e.g. digit4)"),
     "skew": Partitioner("skew", skew, {"s": "uniform share in [0, 100]", "n": "samples per client (int or list)",
                                        "k": "dominant classes (int or list)",
                                        "setting": "FedGPA setting 1|2|3 (fills n, k)"},
@@ -187,7 +209,8 @@ COMMON_PARAMS = {"imbalance": "global long-tail ratio gamma in (0, 1] applied fi
                  "test_fraction": "local test size / local train size (0.25)"}
 
 
-def partition(labels: np.ndarray, num_classes: int, num_clients: int, spec: dict, seed: int) -> list[np.ndarray]:
+def partition(labels: np.ndarray, num_classes: int, num_clients: int, spec: dict, seed: int,
+              domain_ids: np.ndarray | None = None) -> list[np.ndarray]:
     """Dispatch a partition spec such as ``{"name": "skew", "s": 20, "setting": 1}``."""
     spec = dict(spec)
     name = spec.pop("name", None)
@@ -209,7 +232,10 @@ def partition(labels: np.ndarray, num_classes: int, num_clients: int, spec: dict
         spec.update({k: v for k, v in fedgpa_setting(spec.pop("setting"), num_classes).items() if k not in spec})
     if name == "shards":
         spec["classes_per_client"] = spec.pop("s", spec.get("classes_per_client"))
-    allowed = set(PARTITIONERS[name].params) | {"classes_per_client", "max_tries"}
+    if name == "domains":
+        check(domain_ids is not None, "partition.name", name, "a dataset with domains (digit4) for 'domains'")
+        spec["domains"] = domain_ids[pool]
+    allowed = set(PARTITIONERS[name].params) | {"classes_per_client", "max_tries", "domains"}
     for key in spec:
         check(key in allowed, f"partition.{key}", spec[key],
               f"a parameter of '{name}': {', '.join(sorted(PARTITIONERS[name].params)) or 'none'}")
@@ -224,15 +250,21 @@ def partition(labels: np.ndarray, num_classes: int, num_clients: int, spec: dict
 
 
 def local_test_indices(test_labels: np.ndarray, train_counts: np.ndarray, fraction: float,
-                       seed: int) -> list[np.ndarray]:
+                       seed: int, test_domains: np.ndarray | None = None,
+                       client_domains: list | None = None) -> list[np.ndarray]:
     """Per-client test sets drawn from the global test set with the client's training label
     distribution: size = round(fraction * n_i), classes by largest remainder, no repeats within a
-    client (clients may share test samples)."""
+    client (clients may share test samples). A client whose training data comes from one domain
+    (``client_domains[i]`` not None) draws only test samples of that domain."""
     check(0 < fraction <= 10, "test_fraction", fraction, "a positive ratio of local test to train size")
     rng = np.random.default_rng(seed)
-    by_class = [np.flatnonzero(test_labels == c) for c in range(train_counts.shape[1])]
+    K = train_counts.shape[1]
     out = []
-    for counts in train_counts:
+    for i, counts in enumerate(train_counts):
+        pool = np.ones(len(test_labels), dtype=bool)
+        if client_domains is not None and client_domains[i] is not None:
+            pool = test_domains == client_domains[i]
+        by_class = [np.flatnonzero(pool & (test_labels == c)) for c in range(K)]
         need = largest_remainder(counts, max(1, int(round(fraction * counts.sum()))))
         part = [rng.choice(by_class[c], size=min(m, len(by_class[c])), replace=False)
                 for c, m in enumerate(need) if m > 0]

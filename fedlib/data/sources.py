@@ -34,14 +34,18 @@ class Dataset:
     test_x: torch.Tensor
     test_y: torch.Tensor
     num_classes: int
+    train_domain: torch.Tensor | None = None  # feature-shift benchmarks: domain id of every sample
+    test_domain: torch.Tensor | None = None
+    domain_names: tuple[str, ...] | None = None
 
     @property
     def input_shape(self) -> tuple[int, int, int]:
         return tuple(self.train_x.shape[1:])
 
     def to(self, device) -> "Dataset":
-        return Dataset(self.name, self.train_x.to(device), self.train_y.to(device),
-                       self.test_x.to(device), self.test_y.to(device), self.num_classes)
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return Dataset(self.name, move(self.train_x), move(self.train_y), move(self.test_x), move(self.test_y),
+                       self.num_classes, move(self.train_domain), move(self.test_domain), self.domain_names)
 
 
 @dataclass(frozen=True)
@@ -249,10 +253,24 @@ def _load_cached(name: str, root: str | None, download: bool) -> Dataset:
                    test_x.contiguous(), torch.from_numpy(np.array(te_y, dtype=np.int64)), SOURCES[name].num_classes)
 
 
-def load_dataset(name: str, root: str | os.PathLike | None = None, download: bool | None = None) -> Dataset:
+def _digit4(**options) -> Dataset:
+    from fedlib.data.domains import digit_domains
+
+    return digit_domains(**options)
+
+
+# datasets built from other sources (feature-shift domains); options are their keyword arguments
+COMPOSITES = {"digit4": _digit4}
+DATASET_NAMES = tuple(SOURCES) + tuple(COMPOSITES)
+
+
+def load_dataset(name: str, root: str | os.PathLike | None = None, download: bool | None = None,
+                 **options) -> Dataset:
     """Load a registered dataset into memory (cached per process)."""
+    if name in COMPOSITES:
+        return COMPOSITES[name](**options)
     if name not in SOURCES:
-        raise ConfigError("dataset", name, f"one of {', '.join(SOURCES)}")
+        raise ConfigError("dataset", name, f"one of {', '.join(DATASET_NAMES)}")
     if download is None:
         download = os.environ.get("FEDLIB_DOWNLOAD", "0") == "1"
     return _load_cached(name, str(root) if root else None, bool(download))

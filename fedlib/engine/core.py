@@ -31,6 +31,11 @@ class Phase:
     epochs: int | None = None          # None: the experiment's local_epochs
     loss: Callable | None = None       # None: method.local_loss
     target: str = "local"
+    lr: float | None = None            # None: the experiment's lr
+    max_steps: int | None = None       # stop after this many mini-batches (Per-FedAvg's one-step adaptation)
+    # step(model, batch, live_params, ctx) -> loss: fills .grad itself (bi-level methods: pFedMe,
+    # Per-FedAvg); None: backward of the loss
+    step: Callable | None = None
 
 
 @dataclass

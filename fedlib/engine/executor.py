@@ -49,26 +49,33 @@ class SequentialExecutor:
             if p.requires_grad:
                 trainable.append(p)
         live = dict(model.named_parameters())
-        opt = self._make_optimizer(trainable, ctx.lr)
+        opt = self._make_optimizer(trainable, phase.lr or ctx.lr)
         gen = torch.Generator(device="cpu").manual_seed(derived_seed(*seed_keys))
         n = len(train_idx)
         total, count = 0.0, 0
         model.train()
+        steps = 0
         for _ in range(epochs):
             order = train_idx[torch.randperm(n, generator=gen).to(train_idx.device)]
             for start in range(0, n, self.batch_size):
+                if phase.max_steps is not None and steps >= phase.max_steps:
+                    break
                 idx = order[start:start + self.batch_size]
                 batch = Batch(self.x[idx], self.y[idx])
-                z, logits = model.forward_features(batch.x)
-                loss = loss_fn(Out(z, logits), batch, live, ctx)
+                opt.zero_grad(set_to_none=True)
+                if phase.step is None:
+                    z, logits = model.forward_features(batch.x)
+                    loss = loss_fn(Out(z, logits), batch, live, ctx)
+                    loss.backward()
+                else:
+                    loss = phase.step(model, batch, live, ctx)
                 value = float(loss.detach())
                 if not math.isfinite(value):
                     raise TrainingDiverged(
                         f"loss became {value} in round {ctx.round}, client {ctx.client.id} "
                         f"(lr={ctx.lr}); lower the learning rate")
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
                 opt.step()
+                steps += 1
                 ctx.steps += 1
                 total += value * len(idx)
                 count += len(idx)

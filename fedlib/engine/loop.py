@@ -104,12 +104,10 @@ class Federation:
         pred = self.method.predict(out, self.server, client)
         return confusion(self.fed.data.test_y[idx], pred, self.fed.num_classes)
 
-    def _finetuned(self, params: dict, client: Client, t: int) -> dict:
-        from fedlib.engine.core import Phase
-
+    def _finetuned(self, params: dict, phase, client: Client, t: int) -> dict:
+        """Evaluation-time adaptation on the client's training data (on a copy; nothing is kept)."""
         ctx = Context(client, t, self.fed.num_classes, {}, self.executor.model_fn, self.lr, self.fed.train_idx[client.id])
-        tuned, _ = self.executor.train(params, Phase(), self.method.finetune_epochs,
-                                       lambda out, b, p, c: torch.nn.functional.cross_entropy(out.logits, b.y),
+        tuned, _ = self.executor.train(params, phase, phase.epochs or 1, phase.loss or self.method.local_loss,
                                        ctx, self.fed.train_idx[client.id], (self.seed, t, client.id, 99))
         return tuned
 
@@ -119,15 +117,17 @@ class Federation:
         conf: dict = {}
         if method.personalized:
             local, global_ = [], []
+            finetune = method.finetune_phase()
             for c in self.clients:
                 params = method.eval_params(self.server, c)
-                if method.finetune_epochs:
-                    params = self._finetuned(params, c, t)
+                if finetune is not None:
+                    params = self._finetuned(params, finetune, c, t)
                 local.append(self._confusions(params, fed.test_idx[c.id], c))
                 if self.eval_personal_global:
                     global_.append(self._confusions(params, self.global_test, c))
             conf["personal_local"] = local
             record.update({f"personal_local_{k}": v for k, v in summarize(local).items()})
+            record["personal_local_acc_clients"] = [accuracy(C) for C in local]
             if global_:
                 conf["personal_global"] = global_
                 record.update({f"personal_global_{k}": v for k, v in summarize(global_).items()})
@@ -142,6 +142,7 @@ class Federation:
             if not method.personalized:  # the global model is every client's model
                 conf["personal_local"] = local
                 record.update({f"personal_local_{k}": v for k, v in summarize(local).items()})
+                record["personal_local_acc_clients"] = [accuracy(C) for C in local]
         self.final_confusions = conf
         return record
 
@@ -149,7 +150,8 @@ class Federation:
     def run(self) -> list[dict]:
         self._resume()
         bar = tqdm(range(self.start_round, self.rounds), initial=self.start_round, total=self.rounds,
-                   desc=self.desc or self.method.name, disable=not self.progress, leave=False)
+                   desc=self.desc or self.method.name, leave=False,
+                   **({} if self.progress else {"disable": True}))  # TQDM_DISABLE=1 still applies
         for t in bar:
             t0 = time.perf_counter()
             row = {"round": t + 1, **self.run_round(t), **self.method.round_log(self.server)}

@@ -6,6 +6,7 @@ from fedlib.methods.fedavg_ft import FedAvgFT
 from fedlib.methods.fedbabu import FedBABU
 from fedlib.methods.fedgpa import FedGPA
 from fedlib.methods.fedpac import FedPAC
+from fedlib.methods.fedpcl import FedPCL
 from fedlib.methods.fedper import FedPer
 from fedlib.methods.fedproto import FedProto
 from fedlib.methods.fedprox import FedProx
@@ -13,12 +14,14 @@ from fedlib.methods.fedrep import FedRep
 from fedlib.methods.lg_fedavg import LGFedAvg
 from fedlib.methods.local import Local
 from fedlib.methods.moon import Moon
+from fedlib.methods.perfedavg import PerFedAvg
+from fedlib.methods.pfedme import PFedMe
 from fedlib.methods.scaffold import Scaffold
 from fedlib.errors import ConfigError
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (
     Local, FedAvg, FedAvgFT, FedProx, Scaffold, Moon, Ditto, FedPer, LGFedAvg, FedRep, FedBABU, FedProto,
-    FedPAC, FedGPA)}
+    FedPAC, FedGPA, PFedMe, PerFedAvg, FedPCL)}
 
 
 def make_method(name: str, **hyper) -> Method:

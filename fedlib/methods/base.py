@@ -23,7 +23,7 @@ from fedlib.aggregate import select, weighted_average
 from fedlib.engine.core import Batch, Client, Context, Out, Phase, Server, clone
 from fedlib.errors import ConfigError
 from fedlib.models import PARTS
-from fedlib.prototypes import aggregate_prototypes, class_stats
+from fedlib.prototypes import aggregate_prototypes, class_stats, feature_variance
 
 
 @dataclass
@@ -41,7 +41,6 @@ class Method:
     shared: ClassVar[tuple[str, ...]] = PARTS   # parts averaged by the server and broadcast
     personalized: ClassVar[bool] = False        # evaluate each client's own model
     has_global_model: ClassVar[bool] = True     # a single global model exists (A_glo)
-    finetune_epochs: ClassVar[int] = 0          # local fine-tuning before evaluation (FedAvg-FT, FedBABU)
 
     def __init__(self, **hyper):
         names = {f.name for f in dataclasses.fields(self.Hyper)}
@@ -78,6 +77,10 @@ class Method:
             server.state["global"] = weighted_average([u["params"] for u in ups], [u["n"] for u in ups])
 
     # ------------------------------------------------------------------ evaluation
+    def finetune_phase(self) -> Phase | None:
+        """Local adaptation before each evaluation (FedAvg-FT, FedBABU, Per-FedAvg); None: none."""
+        return None
+
     def eval_params(self, server: Server, client: Client) -> dict[str, torch.Tensor]:
         """The model client ``client`` would use now: its own, with what the server sends on top."""
         return {**client.params, **self.broadcast(server, client).get("params", {})}
@@ -109,6 +112,8 @@ class Method:
 class PrototypeSharing(Method):
     """Shared by prototype methods: upload local prototypes, keep count-weighted global ones."""
 
+    upload_variance: ClassVar[bool] = False  # also upload the within-client feature variance (FedPAC, FedGPA)
+
     def init_server(self, server, init, clients):
         super().init_server(server, init, clients)
         server.state["protos"], server.state["present"] = None, None
@@ -119,13 +124,21 @@ class PrototypeSharing(Method):
 
     def upload(self, ctx, params, client, executor):
         counts, protos, sq = self.local_statistics(executor, params, ctx)
-        return {**super().upload(ctx, params, client, executor), "counts": counts, "protos": protos, "sq": sq}
+        # class counts are metadata (integers), not communicated parameters
+        up = {**super().upload(ctx, params, client, executor), "counts": counts.long(), "protos": protos}
+        if self.upload_variance:
+            up["variance"] = feature_variance(counts, sq, protos)
+        return up
 
     def aggregate(self, server, uploads, clients):
         super().aggregate(server, uploads, clients)
         ups = list(uploads.values())
         server.state["protos"], server.state["present"] = aggregate_prototypes(
             torch.stack([u["protos"] for u in ups]), torch.stack([u["counts"] for u in ups]))
+
+
+def cross_entropy(out: Out, batch: Batch, params: dict, ctx: Context) -> torch.Tensor:
+    return F.cross_entropy(out.logits, batch.y)
 
 
 def positive(value, name: str, allow_zero: bool = False) -> None:

@@ -1,7 +1,8 @@
 """FedAvg-FT: FedAvg, then each client fine-tunes the global model on its data before evaluation."""
 from dataclasses import dataclass
 
-from fedlib.methods.base import Hyper, Method, positive
+from fedlib.engine.core import Phase
+from fedlib.methods.base import Hyper, Method, cross_entropy, positive
 
 
 @dataclass
@@ -18,6 +19,5 @@ class FedAvgFT(Method):
     Hyper = FTHyper
     personalized = True
 
-    @property
-    def finetune_epochs(self):
-        return self.hp.finetune_epochs
+    def finetune_phase(self):
+        return Phase(epochs=self.hp.finetune_epochs, loss=cross_entropy)

@@ -13,8 +13,7 @@ import torch
 from fedlib.aggregate import is_psd, mix, select, simplex_qp
 from fedlib.engine.core import Phase
 from fedlib.losses import prototype_mse
-from fedlib.methods.base import Hyper, PrototypeSharing, positive
-from fedlib.prototypes import feature_variance
+from fedlib.methods.base import Hyper, PrototypeSharing, cross_entropy, positive
 
 import torch.nn.functional as F
 
@@ -50,6 +49,7 @@ class FedPAC(PrototypeSharing):
     shared = ("body", "projector")
     personalized = True
     has_global_model = False
+    upload_variance = True
 
     def init_server(self, server, init, clients):
         super().init_server(server, init, clients)
@@ -61,8 +61,7 @@ class FedPAC(PrototypeSharing):
         return msg
 
     def local_phases(self, ctx):
-        ce = lambda out, batch, params, ctx: F.cross_entropy(out.logits, batch.y)  # noqa: E731
-        return [Phase(trainable=("head",), epochs=self.hp.head_epochs, loss=ce),
+        return [Phase(trainable=("head",), epochs=self.hp.head_epochs, loss=cross_entropy),
                 Phase(trainable=("body", "projector"))]
 
     def local_loss(self, out, batch, params, ctx):
@@ -72,7 +71,6 @@ class FedPAC(PrototypeSharing):
     def upload(self, ctx, params, client, executor):
         up = super().upload(ctx, params, client, executor)
         up["head"] = select(params, ("head",))
-        up["variance"] = feature_variance(up["counts"], up["sq"], up["protos"])
         return up
 
     def aggregate(self, server, uploads, clients):

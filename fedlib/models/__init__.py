@@ -93,18 +93,33 @@ def resnet18(input_shape, num_classes: int) -> SplitModel:
     return SplitModel(net, 512, num_classes)
 
 
+class L2Normalize(nn.Module):
+    def forward(self, x):
+        return nn.functional.normalize(x, dim=1)
+
+
+def projection(input_shape, num_classes: int, dim: int = 256) -> SplitModel:
+    """FedPCL's projection network on frozen backbone features: fc -> ReLU -> L2 normalisation
+    (as in its official code), output 256-d; the baselines add a linear classifier on top."""
+    return SplitModel(nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), dim), nn.ReLU(), L2Normalize()),
+                      dim, num_classes)
+
+
 def mlp(input_shape, num_classes: int, hidden: int = 128) -> SplitModel:
     return SplitModel(nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), nn.ReLU()),
                       hidden, num_classes)
 
 
 MODELS = {"cnn2": cnn2, "cnn3": cnn3, "cnn_fedavg": cnn_fedavg, "cnn_cspc": cnn_cspc, "resnet18": resnet18,
-          "mlp": mlp}
+          "mlp": mlp, "projection": projection}
 DEFAULT_MODEL = {"fmnist": "cnn2", "mnist": "cnn2", "emnist": "cnn2", "digits": "cnn2", "usps": "cnn2",
-                 "cifar10": "cnn3", "cifar100": "cnn3", "svhn": "cnn3"}
+                 "cifar10": "cnn3", "cifar100": "cnn3", "svhn": "cnn3", "digit4": "cnn3"}
 
 
-def build_model(name: str, input_shape, num_classes: int) -> SplitModel:
+def build_model(name: str | None, input_shape, num_classes: int, dataset: str | None = None) -> SplitModel:
+    """``name`` None: the dataset's default (``projection`` for feature vectors)."""
+    if name is None:
+        name = "projection" if len(input_shape) == 1 else DEFAULT_MODEL.get(dataset, "cnn2")
     if name not in MODELS:
         raise ConfigError("model", name, f"one of {', '.join(MODELS)}")
     return MODELS[name](tuple(input_shape), num_classes)

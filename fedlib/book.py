@@ -1,0 +1,121 @@
+"""``python -m fedlib book``: execute each notebook configuration of the manifest with papermill,
+then build the Jupyter Book. Finished notebooks are skipped while their source and parameters are
+unchanged; experiment results come from the result cache, so a rebuild takes a minute or two and an
+interrupted build resumes where it stopped."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from tqdm import tqdm
+
+from fedlib.errors import ConfigError
+from fedlib.experiment import RECORD_VERSION
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class NotebookFailed(RuntimeError):
+    """A notebook raised while papermill executed it."""
+
+
+def _stamp(source: Path, params: dict) -> str:
+    h = hashlib.sha256(source.read_bytes())
+    h.update(json.dumps(params, sort_keys=True).encode())
+    h.update(str(RECORD_VERSION).encode())
+    return h.hexdigest()[:16]
+
+
+def jobs(manifest: dict, only: str | None):
+    for chapter in manifest["chapters"]:
+        for name, conf in chapter["configurations"].items():
+            if (only is None and name in manifest["build"]) or name == only:
+                yield chapter["notebook"], name, conf
+
+
+def execute(notebook: str, name: str, conf: dict) -> tuple[bool, float]:
+    """Run one notebook configuration with papermill unless its stamp says it is up to date."""
+    import papermill
+
+    src, out = ROOT / notebook, ROOT / conf["output"]
+    params = conf.get("parameters", {})
+    stamp_file = out.with_suffix(".stamp")
+    stamp = _stamp(src, params)
+    if out.exists() and stamp_file.exists() and stamp_file.read_text() == stamp and src != out:
+        return False, 0.0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    started = time.time()
+    env_before = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"  # no progress bars inside rendered notebooks
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            tmp_out = Path(tmp) / out.name
+            try:
+                papermill.execute_notebook(str(src), str(tmp_out), parameters=params, kernel_name="python3",
+                                           progress_bar=False, cwd=str(src.parent))
+            except papermill.PapermillExecutionError as exc:
+                failed = out.with_name(out.stem + ".failed.ipynb")
+                shutil.move(str(tmp_out), failed)
+                raise NotebookFailed(f"{notebook} [{name}] failed in cell {exc.exec_count}: {exc.ename}: "
+                                     f"{exc.evalue}; the executed part is in {failed.relative_to(ROOT)}") from None
+            shutil.move(str(tmp_out), out)  # only a finished notebook replaces the old one
+    finally:
+        if env_before is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = env_before
+    if src != out:
+        stamp_file.write_text(stamp)
+    return True, time.time() - started
+
+
+def ensure_mathjax(book_dir: Path) -> None:
+    """Ship MathJax 3 with the book (the default loads it from a CDN): npm pack mathjax@3, keep es5/."""
+    target = book_dir / "_mathjax" / "mathjax"
+    if (target / "tex-chtml.js").exists():
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["npm", "pack", "--silent", "mathjax@3"], cwd=tmp, check=True, stdout=subprocess.DEVNULL)
+        tarball = next(Path(tmp).glob("mathjax-*.tgz"))
+        with tarfile.open(tarball) as tar:
+            members = [m for m in tar.getmembers() if m.name.startswith("package/es5/")]
+            tar.extractall(tmp, members=members, filter="data")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(Path(tmp) / "package" / "es5", target, dirs_exist_ok=True)
+
+
+def build_book(manifest_path: str = "book/experiments.yml", only: str | None = None, build: bool = True) -> int:
+    path = ROOT / manifest_path
+    if not path.exists():
+        raise ConfigError("manifest", manifest_path, "a YAML file listing chapters and their configurations")
+    manifest = yaml.safe_load(path.read_text())
+    todo = list(jobs(manifest, only))
+    if not todo:
+        names = sorted({n for c in manifest["chapters"] for n in c["configurations"]})
+        raise ConfigError("config", only, f"one of {', '.join(names)}")
+    bar = tqdm(todo, desc="notebooks", unit="nb")
+    for notebook, name, conf in bar:
+        bar.set_postfix_str(f"{Path(notebook).stem} [{name}]")
+        ran, seconds = execute(notebook, name, conf)
+        tqdm.write(f"{notebook} [{name}] -> {conf['output']}: " + (f"executed in {seconds:.0f} s" if ran else "up to date"))
+    if not build:
+        return 0
+    book_dir = path.parent
+    ensure_mathjax(book_dir)
+    cmd = [sys.executable, "-m", "jupyter_book", "build", str(book_dir), "-W", "-n", "--keep-going"]
+    jb = shutil.which("jupyter-book", path=str(Path(sys.executable).parent))
+    if jb:
+        cmd = [jb, "build", str(book_dir), "-W", "-n", "--keep-going"]
+    result = subprocess.run(cmd)
+    if result.returncode == 0:
+        print(f"book: {book_dir / '_build' / 'html' / 'index.html'}")
+    return result.returncode

@@ -1,0 +1,109 @@
+"""FedPCL (Tan et al., NeurIPS 2022): prototype-wise contrastive learning on frozen backbones.
+
+Clients train only a projection network h(r_x; theta_i) on concatenated backbone features (Eq. 2-3)
+and share only class prototypes:
+* local prototypes C_i^(j) = mean of z over class j (Eq. 5), uploaded after local training;
+* global prototypes C_bar^(j): size-weighted average over the clients holding class j (Eq. 6);
+* padding: a client's missing classes take the global prototype (Eq. 7); the server sends the
+  global set and every client's padded local set;
+* local objective L_g + L_p (Eq. 8-10), both prototype-wise supervised contrastive terms with
+  temperature tau over the *negative* classes A(y) in the denominator, as the paper writes;
+* inference: the class whose local prototype has the largest inner product with z.
+
+Readings: Eq. 6 prints an extra 1/|N_j| in front of weights that already sum to one; it would shrink
+the global prototype with the number of clients holding the class (the norm enters the contrastive
+logits), so fedlib uses the plain size-weighted mean. Before the first aggregation no prototypes
+exist; in that first round each client contrasts against the (detached) class means of its own
+mini-batch. The official code omits L_g; ``use_global=False`` reproduces it (Table 6 ablation).
+
+Table 5 variants (``loss``): "pcl" (Eq. 10), "ce" (cross-entropy with the linear head),
+"ce_protodist" (CE + lambda * ||z - C_bar^(y)||^2, FedProto's regulariser), "supcon" (supervised
+contrastive loss among the samples of the batch, Khosla et al. 2020).
+"""
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from fedlib.errors import ConfigError
+from fedlib.losses import prototype_contrastive, prototype_mse, supervised_contrastive
+from fedlib.methods.base import Hyper, PrototypeSharing, positive
+from fedlib.prototypes import class_means, pad_prototypes
+
+LOSSES = ("pcl", "ce", "ce_protodist", "supcon")
+
+
+@dataclass
+class PclHyper(Hyper):
+    tau: float = 0.07
+    use_global: bool = True     # L_g, Eq. 8
+    use_local: bool = True      # L_p, Eq. 9
+    loss: str = "pcl"
+    lam: float = 1.0            # weight of ProtoDist in the "ce_protodist" variant
+    noise: float = 0.0          # std of Gaussian noise added to uploaded prototypes (Section 5.6)
+
+    def validate(self):
+        positive(self.tau, "tau")
+        positive(self.noise, "noise", allow_zero=True)
+        if self.loss not in LOSSES:
+            raise ConfigError("hyper.loss", self.loss, f"one of {', '.join(LOSSES)}")
+        if self.loss == "pcl" and not (self.use_global or self.use_local):
+            raise ConfigError("hyper.use_global/use_local", (self.use_global, self.use_local), "at least one True")
+
+
+class FedPCL(PrototypeSharing):
+    name = "fedpcl"
+    paper = "Tan et al., NeurIPS 2022"
+    Hyper = PclHyper
+    shared = ()
+    personalized = True
+    has_global_model = False
+
+    def init_server(self, server, init, clients):
+        super().init_server(server, init, clients)
+        server.state["local_sets"] = None
+
+    def broadcast(self, server, client):
+        return {**super().broadcast(server, client), "local_sets": server.state["local_sets"]}
+
+    def local_loss(self, out, batch, params, ctx):
+        hp, z, y = self.hp, out.z, batch.y
+        if hp.loss == "ce":
+            return F.cross_entropy(out.logits, y)
+        if hp.loss == "ce_protodist":
+            return F.cross_entropy(out.logits, y) + hp.lam * prototype_mse(z, y, ctx.received["protos"],
+                                                                          ctx.received["present"])
+        if hp.loss == "supcon":
+            return supervised_contrastive(z, y, hp.tau)
+        glob, sets = ctx.received["protos"], ctx.received["local_sets"]
+        if glob is None:  # first round: the batch's own class means stand in for prototypes
+            means, counts = class_means(z.detach(), y, ctx.num_classes)
+            glob, sets = means, means.unsqueeze(0)
+        loss = z.new_zeros(())
+        if hp.use_global:
+            loss = loss + prototype_contrastive(z, y, glob, hp.tau)                                # Eq. 8
+        if hp.use_local:
+            loss = loss + prototype_contrastive(z, y, sets, hp.tau)                                # Eq. 9
+        return loss
+
+    def upload(self, ctx, params, client, executor):
+        up = super().upload(ctx, params, client, executor)
+        up.pop("params")
+        if self.hp.noise > 0:  # Section 5.6: noise on the communicated prototypes
+            g = torch.Generator(device="cpu").manual_seed(ctx.round * 100003 + client.id)
+            up["protos"] = up["protos"] + self.hp.noise * torch.randn(up["protos"].shape, generator=g).to(up["protos"])
+        client.state["protos"], client.state["counts"] = up["protos"], up["counts"]
+        return up
+
+    def aggregate(self, server, uploads, clients):
+        super().aggregate(server, uploads, clients)  # size-weighted global prototypes (Eq. 6)
+        ups = list(uploads.values())
+        server.state["local_sets"] = pad_prototypes(torch.stack([u["protos"] for u in ups]),
+                                                    torch.stack([u["counts"] for u in ups]),
+                                                    server.state["protos"])                       # Eq. 7
+
+    def predict(self, out, server, client):
+        if self.hp.loss in ("ce", "ce_protodist") or client is None or "protos" not in client.state:
+            return out.logits.argmax(1)
+        own = pad_prototypes(client.state["protos"][None], client.state["counts"][None], server.state["protos"])[0]
+        return (out.z @ own.T).argmax(1)

@@ -1,0 +1,46 @@
+"""Per-FedAvg (Fallah, Mokhtari & Ozdaglar, NeurIPS 2020), first-order version (FO, its Eq. 8-9).
+
+Each local step splits the mini-batch into two halves D and D': a temporary model
+w' = w - alpha * grad f(w; D) is evaluated on D', and w <- w - lr * grad f(w'; D') (the first-order
+approximation drops the Hessian term). Server: sample-size average. Before evaluation every
+client adapts the global model with one step of SGD (step size alpha) on one mini-batch."""
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from fedlib.engine.core import Phase
+from fedlib.methods.base import Hyper, Method, cross_entropy, positive
+
+
+@dataclass
+class PerFedAvgHyper(Hyper):
+    alpha: float = 0.01
+
+    def validate(self):
+        positive(self.alpha, "alpha")
+
+
+class PerFedAvg(Method):
+    name = "perfedavg"
+    paper = "Fallah, Mokhtari & Ozdaglar, NeurIPS 2020"
+    Hyper = PerFedAvgHyper
+    personalized = True
+
+    def local_phases(self, ctx):
+        return [Phase(step=self.maml_step)]
+
+    def maml_step(self, model, batch, live, ctx):
+        half = max(1, len(batch.y) // 2)
+        w = {k: p for k, p in live.items() if p.requires_grad}
+        inner = F.cross_entropy(ctx.model_fn(w, batch.x[:half]).logits, batch.y[:half])
+        grads = torch.autograd.grad(inner, list(w.values()))
+        temp = {k: (p - self.hp.alpha * g).detach().requires_grad_(True) for (k, p), g in zip(w.items(), grads)}
+        x2, y2 = (batch.x[half:], batch.y[half:]) if len(batch.y) > 1 else (batch.x, batch.y)
+        outer = F.cross_entropy(ctx.model_fn(temp, x2).logits, y2)
+        for p, g in zip(w.values(), torch.autograd.grad(outer, list(temp.values()))):
+            p.grad = g
+        return outer.detach()
+
+    def finetune_phase(self):
+        return Phase(epochs=1, max_steps=1, lr=self.hp.alpha, loss=cross_entropy)

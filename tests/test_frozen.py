@@ -1,0 +1,83 @@
+"""Feature-shift domains, frozen backbones with their feature cache, and the FedPCL-family methods."""
+import numpy as np
+import pytest
+import torch
+
+from fedlib.backbones import extract, featurize
+from fedlib.data import federate, load_dataset
+from fedlib.data.partition import domains
+from fedlib.errors import ConfigError
+from fedlib.experiment import make_config, run, validate
+
+
+@pytest.fixture(scope="module")
+def digit4():
+    return load_dataset("digit4", n_train=40, n_test=20)
+
+
+def test_digit4_has_four_balanced_domains(digit4):
+    assert digit4.train_x.shape == (160, 3, 32, 32) and digit4.test_x.shape == (80, 3, 32, 32)
+    assert digit4.train_domain.bincount().tolist() == [40] * 4
+    for d in range(4):
+        assert digit4.train_y[digit4.train_domain == d].bincount(minlength=10).tolist() == [4] * 10
+    assert 0.0 <= float(digit4.train_x.min()) and float(digit4.train_x.max()) <= 1.0
+    # the MNIST-M-style images are coloured, the MNIST ones are grey
+    mnist, mnistm = digit4.train_x[digit4.train_domain == 0], digit4.train_x[digit4.train_domain == 2]
+    assert torch.allclose(mnist[:, 0], mnist[:, 1]) and not torch.allclose(mnistm[:, 0], mnistm[:, 1])
+
+
+def test_digit4_is_deterministic():
+    a = load_dataset("digit4", n_train=20, n_test=10, seed=3)
+    from fedlib.data.domains import digit_domains
+
+    b = digit_domains.__wrapped__(n_train=20, n_test=10, seed=3)  # bypass the in-process cache
+    assert torch.equal(a.train_x, b.train_x) and torch.equal(a.train_y, b.train_y)
+
+
+def test_domains_partition_one_domain_per_client_and_dirichlet_inside():
+    labels = np.tile(np.arange(10), 40)
+    dom = np.repeat(np.arange(4), 100)
+    parts = domains(labels, 8, np.random.default_rng(0), dom, alpha=1.0)
+    assert len(parts) == 8
+    assert all(len(np.unique(dom[p])) == 1 for p in parts)
+    assert [int(np.unique(dom[p])[0]) for p in parts] == [0, 0, 1, 1, 2, 2, 3, 3]
+    flat = np.concatenate(parts)
+    assert len(flat) == len(np.unique(flat)) == 400
+    with pytest.raises(ConfigError, match="multiple of the number of domains"):
+        domains(labels, 6, np.random.default_rng(0), dom)
+
+
+def test_single_domain_clients_are_tested_on_their_domain(digit4):
+    fed = federate(digit4, 4, {"name": "domains", "test_fraction": 0.5}, 0)
+    assert fed.client_domains == [0, 1, 2, 3]
+    for i, idx in enumerate(fed.test_idx):
+        assert (digit4.test_domain[idx] == i).all()
+
+
+def test_backbone_features_are_cached_and_concatenated(digit4, tmp_path):
+    f1 = extract("cnn_usps", digit4.train_x, tmp_path)
+    assert f1.shape == (160, 128)
+    cached = list((tmp_path / "features").glob("cnn_usps-*.pt"))
+    assert len(cached) == 1
+    assert torch.equal(extract("cnn_usps", digit4.train_x, tmp_path), f1)
+    feats = featurize(digit4, ["cnn_usps", "cnn_mnist"], tmp_path)
+    assert feats.train_x.shape == (160, 256) and torch.equal(feats.train_x[:, :128], f1)
+    assert torch.equal(feats.train_domain, digit4.train_domain)
+
+
+def test_unknown_backbone_is_a_config_error():
+    with pytest.raises(ConfigError, match="backbones"):
+        validate(make_config(dataset="digit4", backbones=["resnet_hub"], partition={"name": "domains"}, num_clients=4))
+
+
+@pytest.mark.parametrize("method, hyper", [("fedpcl", {}), ("fedpcl", {"use_global": False}),
+                                           ("fedpcl", {"loss": "supcon"}), ("fedpcl", {"loss": "ce_protodist"}),
+                                           ("fedpcl", {"noise": 0.1}), ("pfedme", {}), ("perfedavg", {})])
+def test_methods_on_frozen_features_learn(method, hyper):
+    cfg = make_config(method=method, hyper=hyper, dataset="digit4", data_options={"n_train": 40, "n_test": 20},
+                      backbones=["cnn_usps", "cnn_mnist"], partition={"name": "domains"}, num_clients=4, rounds=3,
+                      local_epochs=2, batch_size=16, lr=1e-2 if method != "fedpcl" else 1e-3, optimizer="adam")
+    record = run(cfg, cache_dir=None, progress=False)
+    assert record["final"]["personal_local_acc"] > 0.3  # chance: 0.1
+    if method == "fedpcl":
+        assert record["final"]["uploaded_per_client"] == 10 * 256  # K prototypes of 256 numbers, nothing else
