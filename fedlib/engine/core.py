@@ -32,6 +32,7 @@ class Phase:
     loss: Callable | None = None       # None: method.local_loss
     target: str = "local"
     lr: float | None = None            # None: the experiment's lr
+    optimizer: str | None = None       # None: the experiment's optimizer; "sgd" for a method's own plain steps
     max_steps: int | None = None       # stop after this many mini-batches (Per-FedAvg's one-step adaptation)
     # step(model, batch, live_params, ctx) -> loss: fills .grad itself (bi-level methods: pFedMe,
     # Per-FedAvg); None: backward of the loss

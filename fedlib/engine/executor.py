@@ -30,8 +30,8 @@ class SequentialExecutor:
         """Forward pass with any parameter dict (teacher models for MOON, frozen copies)."""
         return Out(*functional_call(self.model, params, (x,), {"with_features": True}))
 
-    def _make_optimizer(self, tensors, lr):
-        if self.optimizer == "adam":
+    def _make_optimizer(self, tensors, lr, kind=None):
+        if (kind or self.optimizer) == "adam":
             return torch.optim.Adam(tensors, lr=lr, weight_decay=self.weight_decay)
         return torch.optim.SGD(tensors, lr=lr, momentum=self.momentum, weight_decay=self.weight_decay)
 
@@ -49,7 +49,7 @@ class SequentialExecutor:
             if p.requires_grad:
                 trainable.append(p)
         live = dict(model.named_parameters())
-        opt = self._make_optimizer(trainable, phase.lr or ctx.lr)
+        opt = self._make_optimizer(trainable, phase.lr or ctx.lr, phase.optimizer)
         gen = torch.Generator(device="cpu").manual_seed(derived_seed(*seed_keys))
         n = len(train_idx)
         total, count = 0.0, 0

@@ -43,4 +43,5 @@ class PerFedAvg(Method):
         return outer.detach()
 
     def finetune_phase(self):
-        return Phase(epochs=1, max_steps=1, lr=self.hp.alpha, loss=cross_entropy)
+        # one plain gradient step of size alpha, whatever optimizer trains the meta-model
+        return Phase(epochs=1, max_steps=1, lr=self.hp.alpha, loss=cross_entropy, optimizer="sgd")
