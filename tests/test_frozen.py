@@ -75,7 +75,7 @@ def test_unknown_backbone_is_a_config_error():
                                            ("fedpcl", {"noise": 0.1}), ("pfedme", {}), ("perfedavg", {})])
 def test_methods_on_frozen_features_learn(method, hyper):
     cfg = make_config(method=method, hyper=hyper, dataset="digit4", data_options={"n_train": 40, "n_test": 20},
-                      backbones=["cnn_usps", "cnn_mnist"], partition={"name": "domains"}, num_clients=4, rounds=3,
+                      backbones=["cnn_usps", "cnn_mnist"], partition={"name": "domains"}, num_clients=4, rounds=6,
                       local_epochs=2, batch_size=16, lr=1e-2 if method != "fedpcl" else 1e-3, optimizer="adam")
     record = run(cfg, cache_dir=None, progress=False)
     assert record["final"]["personal_local_acc"] > 0.3  # chance: 0.1

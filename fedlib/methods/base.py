@@ -100,12 +100,15 @@ class Method:
         return {} if w is None else {"weights": {k: np.asarray(v).round(5).tolist() for k, v in w.items()}}
 
     # ------------------------------------------------------------------ helpers for subclasses
-    @staticmethod
-    def local_statistics(executor, params: dict, ctx: Context):
-        """Per-class counts, prototypes (class means of features) and squared-norm sums of the
-        client's training data under ``params`` (no gradient)."""
+    def embed(self, z: torch.Tensor) -> torch.Tensor:
+        """The space the method's prototypes live in (FedPCL: the unit sphere); default: z itself."""
+        return z
+
+    def local_statistics(self, executor, params: dict, ctx: Context):
+        """Per-class counts, prototypes (class means of embedded features) and squared-norm sums of
+        the client's training data under ``params`` (no gradient)."""
         out = executor.features(params, executor.x[ctx.train_idx])
-        counts, sums, sq = class_stats(out.z, executor.y[ctx.train_idx], ctx.num_classes)
+        counts, sums, sq = class_stats(self.embed(out.z), executor.y[ctx.train_idx], ctx.num_classes)
         return counts, sums / counts.clamp_min(1).unsqueeze(1), sq
 
 

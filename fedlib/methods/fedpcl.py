@@ -66,8 +66,13 @@ class FedPCL(PrototypeSharing):
     def broadcast(self, server, client):
         return {**super().broadcast(server, client), "local_sets": server.state["local_sets"]}
 
+    def embed(self, z):
+        # projections live on the unit sphere (the projection network's last step in the official
+        # code); normalising here also covers models whose features are not normalised
+        return F.normalize(z, dim=1)
+
     def local_loss(self, out, batch, params, ctx):
-        hp, z, y = self.hp, out.z, batch.y
+        hp, z, y = self.hp, self.embed(out.z), batch.y
         if hp.loss == "ce":
             return F.cross_entropy(out.logits, y)
         if hp.loss == "ce_protodist":
@@ -106,4 +111,4 @@ class FedPCL(PrototypeSharing):
         if self.hp.loss in ("ce", "ce_protodist") or client is None or "protos" not in client.state:
             return out.logits.argmax(1)
         own = pad_prototypes(client.state["protos"][None], client.state["counts"][None], server.state["protos"])[0]
-        return (out.z @ own.T).argmax(1)
+        return (self.embed(out.z) @ own.T).argmax(1)
