@@ -18,7 +18,7 @@ import torch
 import fedlib
 from fedlib.errors import ConfigError, check
 
-RECORD_VERSION = 1  # bump when a change alters results, so cached records are recomputed
+RECORD_VERSION = 2  # bump when a change of code alters results, so cached records are recomputed
 DEFAULT_CACHE = Path(os.environ.get("FEDLIB_CACHE", Path(__file__).resolve().parents[1] / ".fedlib-cache"))
 
 # Scales override the experiment's training budget; everything else stays as configured.
@@ -56,8 +56,11 @@ class Config:
     def key(self) -> str:
         """Hash of everything that changes the result (not the device). Fields left at their
         'off' defaults are omitted so that adding a field keeps existing cache keys."""
+        from fedlib.methods import make_method
+
         payload = {k: v for k, v in dataclasses.asdict(self).items()
                    if k != "device" and not (k in ("data_options", "backbones") and not v)}
+        payload["hyper"] = dataclasses.asdict(make_method(self.method, **self.hyper).hp)  # defaults included
         payload["_record_version"] = RECORD_VERSION
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
