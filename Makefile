@@ -3,7 +3,6 @@ SHELL := /bin/bash
 PY := .venv/bin/python
 STAMP := .venv/.fedlib-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
-export TQDM_DISABLE ?=
 
 .PHONY: setup data book test bench reproduce clean-cache
 
