@@ -183,7 +183,6 @@ def run(cfg: Config, cache_dir: str | os.PathLike | None = DEFAULT_CACHE, progre
         checkpoint = Path(cache_dir) / f"{cfg.key()}.ckpt"
         if record_path.exists() and not callbacks:
             return json.loads(record_path.read_text())
-    torch.set_num_threads(max(1, torch.get_num_threads()))
     fed = build(cfg, progress=progress, checkpoint=checkpoint, desc=desc or f"{cfg.method} seed {cfg.seed}")
     fed.on_round.extend(callbacks)
     started = time.time()

@@ -4,6 +4,11 @@ from __future__ import annotations
 import torch
 
 
+def proximal(params: dict, anchor: dict) -> torch.Tensor:
+    """sum over trainable tensors of ||w - w_anchor||^2 (FedProx Eq. 2, Ditto Eq. 2)."""
+    return sum(((params[k] - anchor[k]) ** 2).sum() for k in params if params[k].requires_grad)
+
+
 def _zero(z: torch.Tensor) -> torch.Tensor:
     """A zero that stays on the autograd graph (a loss made only of this term can still backward)."""
     return z.sum() * 0.0

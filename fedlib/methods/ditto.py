@@ -5,6 +5,7 @@ from dataclasses import dataclass
 import torch.nn.functional as F
 
 from fedlib.engine.core import Phase
+from fedlib.losses import proximal
 from fedlib.methods.base import Hyper, Method, positive
 
 
@@ -26,9 +27,7 @@ class Ditto(Method):
         return [Phase(target="local"), Phase(target="personal", loss=self.personal_loss)]
 
     def personal_loss(self, out, batch, params, ctx):
-        anchor = ctx.received["params"]
-        prox = sum(((params[k] - anchor[k]) ** 2).sum() for k in params if params[k].requires_grad)
-        return F.cross_entropy(out.logits, batch.y) + 0.5 * self.hp.lam * prox
+        return F.cross_entropy(out.logits, batch.y) + 0.5 * self.hp.lam * proximal(params, ctx.received["params"])
 
     def eval_params(self, server, client):
         return client.state.get("personal", {**client.params, **server.state["global"]})

@@ -3,6 +3,7 @@ from dataclasses import dataclass
 
 import torch.nn.functional as F
 
+from fedlib.losses import proximal
 from fedlib.methods.base import Hyper, Method, positive
 
 
@@ -20,6 +21,4 @@ class FedProx(Method):
     Hyper = ProxHyper
 
     def local_loss(self, out, batch, params, ctx):
-        anchor = ctx.received["params"]
-        prox = sum(((params[k] - anchor[k]) ** 2).sum() for k in params if params[k].requires_grad)
-        return F.cross_entropy(out.logits, batch.y) + 0.5 * self.hp.mu * prox
+        return F.cross_entropy(out.logits, batch.y) + 0.5 * self.hp.mu * proximal(params, ctx.received["params"])
