@@ -1,6 +1,6 @@
 """``python -m fedlib book``: execute each notebook configuration of the manifest with papermill,
-then build the Jupyter Book. Finished notebooks are skipped while their source and parameters are
-unchanged; experiment results come from the result cache, so a rebuild takes a minute or two and an
+then build the Jupyter Book. Finished notebooks are skipped while their source, parameters and
+fedlib's code are unchanged; experiment results come from the result cache, so a rebuild takes a minute or two and an
 interrupted build resumes where it stopped."""
 from __future__ import annotations
 
@@ -29,9 +29,13 @@ class NotebookFailed(RuntimeError):
 
 
 def _stamp(source: Path, params: dict) -> str:
+    """Changes when the notebook, its parameters or fedlib's code change (results themselves are
+    cached separately, keyed by config, so re-executing after a code change is cheap)."""
     h = hashlib.sha256(source.read_bytes())
     h.update(json.dumps(params, sort_keys=True).encode())
     h.update(str(RECORD_VERSION).encode())
+    for path in sorted((ROOT / "fedlib").rglob("*.py")):
+        h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 import fedlib
-from fedlib.errors import ConfigError, check
+from fedlib.errors import check
 
 RECORD_VERSION = 2  # bump when a change of code alters results, so cached records are recomputed
 DEFAULT_CACHE = Path(os.environ.get("FEDLIB_CACHE", Path(__file__).resolve().parents[1] / ".fedlib-cache"))

@@ -111,6 +111,13 @@ class Federation:
                                        ctx, self.fed.train_idx[client.id], (self.seed, t, client.id, 99))
         return tuned
 
+    @staticmethod
+    def _record_personal_local(record: dict, conf: dict, local: list) -> None:
+        """The metrics of every client's own model on its own test set (the papers' PFL metric)."""
+        conf["personal_local"] = local
+        record.update({f"personal_local_{k}": v for k, v in summarize(local).items()})
+        record["personal_local_acc_clients"] = [accuracy(C) for C in local]
+
     def evaluate(self, t: int) -> dict:
         method, fed = self.method, self.fed
         record: dict = {}
@@ -125,9 +132,7 @@ class Federation:
                 local.append(self._confusions(params, fed.test_idx[c.id], c))
                 if self.eval_personal_global:
                     global_.append(self._confusions(params, self.global_test, c))
-            conf["personal_local"] = local
-            record.update({f"personal_local_{k}": v for k, v in summarize(local).items()})
-            record["personal_local_acc_clients"] = [accuracy(C) for C in local]
+            self._record_personal_local(record, conf, local)
             if global_:
                 conf["personal_global"] = global_
                 record.update({f"personal_global_{k}": v for k, v in summarize(global_).items()})
@@ -140,9 +145,7 @@ class Federation:
             conf["global_local"] = local
             record.update({f"global_local_{k}": v for k, v in summarize(local).items()})
             if not method.personalized:  # the global model is every client's model
-                conf["personal_local"] = local
-                record.update({f"personal_local_{k}": v for k, v in summarize(local).items()})
-                record["personal_local_acc_clients"] = [accuracy(C) for C in local]
+                self._record_personal_local(record, conf, local)
         self.final_confusions = conf
         return record
 

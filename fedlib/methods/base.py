@@ -66,7 +66,7 @@ class Method:
         return [Phase()]
 
     def local_loss(self, out: Out, batch: Batch, params: dict, ctx: Context) -> torch.Tensor:
-        return F.cross_entropy(out.logits, batch.y)
+        return cross_entropy(out, batch, params, ctx)
 
     def upload(self, ctx: Context, params: dict, client: Client, executor) -> dict:
         return {"params": select(params, self.shared), "n": client.size}
@@ -141,6 +141,7 @@ class PrototypeSharing(Method):
 
 
 def cross_entropy(out: Out, batch: Batch, params: dict, ctx: Context) -> torch.Tensor:
+    """The plain local objective, usable as a Phase loss (FedPAC's head phase, fine-tuning)."""
     return F.cross_entropy(out.logits, batch.y)
 
 
