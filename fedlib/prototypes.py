@@ -18,6 +18,16 @@ def class_means(z: torch.Tensor, y: torch.Tensor, num_classes: int):
     return sums / counts.clamp_min(1).unsqueeze(1), counts
 
 
+def batch_class_means(z: torch.Tensor, y: torch.Tensor, num_classes: int, weight: torch.Tensor | None = None):
+    """Class means of one (possibly padded) mini-batch by a one-hot product, usable inside a loss
+    that an executor vmaps over clients; zeros for classes absent from the batch."""
+    onehot = (y.unsqueeze(-1) == torch.arange(num_classes, device=y.device)).to(z.dtype)   # (B, K)
+    if weight is not None:
+        onehot = onehot * weight.unsqueeze(-1)
+    counts = onehot.sum(0)
+    return (onehot.T @ z) / counts.clamp_min(1).unsqueeze(1), counts
+
+
 def aggregate_prototypes(protos: torch.Tensor, counts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Count-weighted mean over clients: protos (m, K, d), counts (m, K) -> (K, d), present mask (K,).
 

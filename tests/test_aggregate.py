@@ -3,6 +3,7 @@ import torch
 from scipy.optimize import minimize
 
 from fedlib.aggregate import mix, simplex_qp, weighted_average
+from fedlib.engine.core import Batch
 from fedlib.methods.fedgpa import classifier_weights, extractor_weights, prototype_distances
 from fedlib.methods.fedpac import collaboration_weights
 from fedlib.prototypes import aggregate_prototypes, class_means, feature_variance, pad_prototypes
@@ -115,10 +116,11 @@ def test_prototype_contrastive_by_hand_and_over_sets():
     y = torch.tensor([0])
     # -log e^{1/t} / (e^{0/t} + e^{-1/t}) with t = 0.5: negatives only in the denominator (FedPCL Eq. 8)
     expected = -(1 / 0.5) + math.log(math.exp(0.0) + math.exp(-2.0))
-    assert math.isclose(float(prototype_contrastive(z, y, C, 0.5)), expected, rel_tol=1e-6)
+    batch = Batch(None, y)
+    assert math.isclose(float(prototype_contrastive(z, batch, C, 0.5)), expected, rel_tol=1e-6)
     two = torch.stack([C, C.flip(0)])
-    mean_of_sets = (prototype_contrastive(z, y, C, 0.5) + prototype_contrastive(z, y, C.flip(0), 0.5)) / 2
-    assert torch.isclose(prototype_contrastive(z, y, two, 0.5), mean_of_sets)
+    mean_of_sets = (prototype_contrastive(z, batch, C, 0.5) + prototype_contrastive(z, batch, C.flip(0), 0.5)) / 2
+    assert torch.isclose(prototype_contrastive(z, batch, two, 0.5), mean_of_sets)
 
 
 def test_supervised_contrastive_by_hand():
@@ -130,7 +132,7 @@ def test_supervised_contrastive_by_hand():
     y = torch.tensor([0, 0, 1])
     # anchors 0 and 1 have one positive each; anchor 2 has none and is skipped
     per = -(1.0 - math.log(math.exp(1.0) + math.exp(0.0)))
-    assert math.isclose(float(supervised_contrastive(z, y, 1.0)), per, rel_tol=1e-6)
+    assert math.isclose(float(supervised_contrastive(z, Batch(None, y), 1.0)), per, rel_tol=1e-6)
 
 
 def test_losses_without_positives_or_prototypes_still_backpropagate():
@@ -138,6 +140,79 @@ def test_losses_without_positives_or_prototypes_still_backpropagate():
 
     z = torch.randn(3, 4, requires_grad=True)
     y = torch.tensor([0, 1, 2])  # no two samples share a label
-    for loss in (supervised_contrastive(z, y, 0.1), prototype_mse(z, y, None), prototype_distance(z, y, None)):
+    batch = Batch(None, y)
+    for loss in (supervised_contrastive(z, batch, 0.1), prototype_mse(z, batch, None), prototype_distance(z, batch, None)):
         assert float(loss.detach()) == 0.0
         loss.backward()
+
+
+def random_psd(rng, n, rank=None, diag=0.0):
+    F = rng.standard_normal((rank or n, n))
+    return F.T @ F + diag * np.diag(rng.random(n))
+
+
+def objective(Q, a):
+    return float(a @ Q @ a)
+
+
+def test_batched_simplex_qp_matches_cvxpy_reference():
+    """Never a worse objective than the cvxpy reference; the same minimiser where it is unique
+    (strongly convex problems); exact on diagonal problems (closed form 1/q normalised)."""
+    from fedlib.aggregate import simplex_qp_batch
+
+    rng = np.random.default_rng(0)
+    strong = np.stack([random_psd(rng, 20, diag=0.5) for _ in range(6)])   # like FedPAC's diag(v) + D_i
+    flat = np.stack([random_psd(rng, 20, rank=3, diag=1e-3) for _ in range(6)]
+                    + [random_psd(rng, 60, rank=2, diag=1e-6)[:20, :20] for _ in range(3)])  # nearly singular
+    diagonal = np.stack([np.diag(rng.random(20) + 0.1) for _ in range(3)])
+    for Q in (strong, flat, diagonal):
+        fast = simplex_qp_batch(Q, zero_below=0)
+        for q, a in zip(Q, fast):
+            ref = simplex_qp(q, zero_below=0)
+            assert np.isclose(a.sum(), 1) and (a >= 0).all()
+            assert objective(q, a) <= objective(q, ref) * (1 + 1e-6) + 1e-15
+    assert np.abs(simplex_qp_batch(strong, zero_below=0) - np.stack([simplex_qp(q, zero_below=0) for q in strong])).max() < 1e-4
+    for q, a in zip(diagonal, simplex_qp_batch(diagonal, zero_below=0)):
+        d = np.diag(q)
+        assert np.allclose(a, (1 / d) / (1 / d).sum(), atol=1e-9)
+
+
+def test_batched_simplex_qp_satisfies_kkt():
+    """At the optimum of min a^T Q a on the simplex: g = 2 Q a equals -nu on the support and is at
+    least -nu off it (the multipliers of the bounds are non-negative)."""
+    from fedlib.aggregate import simplex_qp_batch
+
+    rng = np.random.default_rng(3)
+    Q = np.stack([random_psd(rng, 12, rank=4, diag=1e-2) for _ in range(8)])
+    for q, a in zip(Q, simplex_qp_batch(Q, zero_below=0)):
+        g = 2 * q @ a / np.abs(np.linalg.eigvalsh(q)).max()
+        support = a > 1e-9
+        nu = -g[support].mean()
+        assert np.abs(g[support] + nu).max() < 1e-6
+        assert (g[~support] + nu >= -1e-6).all()
+
+
+def test_difference_grams_against_loops():
+    from fedlib.aggregate import difference_grams
+
+    rng = np.random.default_rng(1)
+    C = rng.standard_normal((4, 3, 2))
+    p = rng.random((4, 3))
+    G = difference_grams(C, p)
+    for i in range(4):
+        for a in range(4):
+            for b in range(4):
+                expected = sum(p[i, k] * (C[i, k] - C[a, k]) @ (C[i, k] - C[b, k]) for k in range(3))
+                assert np.isclose(G[i, a, b], expected)
+
+
+def test_fedpac_and_fedgpa_weights_equal_with_either_solver():
+    g = torch.Generator().manual_seed(5)
+    m, K, d = 8, 4, 6
+    protos = torch.randn(m, K, d, generator=g)
+    counts = torch.randint(0, 40, (m, K), generator=g).float()
+    counts[:, 0] += 1
+    var = torch.rand(m, generator=g) * 0.3 + 0.05
+    row_by_row = lambda Q: np.stack([simplex_qp(q) for q in Q])  # noqa: E731
+    for weights in (collaboration_weights, classifier_weights):
+        assert np.abs(weights(protos, counts, var) - weights(protos, counts, var, solver=row_by_row)).max() < 1e-3

@@ -1,18 +1,31 @@
-"""Objects the round loop hands to methods: clients, server, phases, batches, contexts."""
+"""What the round loop hands to methods: batches, phases, the frozen client context, the server.
+
+The seam between the two sides of a federation:
+* server hooks (``init_server``, ``broadcast``, ``aggregate``, ``global_params``) receive a ``Server``
+  and client ids, never a client's state;
+* client hooks (``init_client``, ``receive``, ``local_phases``, ``local_loss``, ``upload``,
+  ``eval_params``, ``predict``) receive a ``ClientContext``: what this client knows, and nothing of
+  the server but what it was sent.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple
 
 import numpy as np
 import torch
 
 from fedlib.models import PARTS
 
+Params = Mapping[str, torch.Tensor]
+
 
 class Batch(NamedTuple):
     x: torch.Tensor
     y: torch.Tensor
+    # per-sample weights (1 = a real sample, 0 = padding) when an executor pads batches to one size;
+    # None: every sample counts. Losses reduce per-sample terms with ``fedlib.losses.batch_mean``.
+    weight: torch.Tensor | None = None
 
 
 class Out(NamedTuple):
@@ -20,12 +33,12 @@ class Out(NamedTuple):
     logits: torch.Tensor
 
 
-@dataclass
+@dataclass(frozen=True)
 class Phase:
-    """One stretch of local training: which parts train, for how many epochs, on which model.
+    """One stretch of local training: which parts train, for how long, on which model.
 
-    target "local": the model that starts from the broadcast and is uploaded;
-    target "personal": a private model kept on the client (Ditto).
+    ``target`` names the model the phase trains among those ``Method.receive`` returns: "local" (the
+    model that is uploaded and kept as the client's model) or another name (Ditto's "personal").
     """
     trainable: tuple[str, ...] = PARTS
     epochs: int | None = None          # None: the experiment's local_epochs
@@ -34,40 +47,59 @@ class Phase:
     lr: float | None = None            # None: the experiment's lr
     optimizer: str | None = None       # None: the experiment's optimizer; "sgd" for a method's own plain steps
     max_steps: int | None = None       # stop after this many mini-batches (Per-FedAvg's one-step adaptation)
-    # step(model, batch, live_params, ctx) -> loss: fills .grad itself (bi-level methods: pFedMe,
-    # Per-FedAvg); None: backward of the loss
+    # step(batch, params, ctx) -> loss: fills ``.grad`` of ``params`` itself (bi-level methods: pFedMe,
+    # Per-FedAvg). Such a phase cannot be batched across clients; executors run it client by client.
     step: Callable | None = None
 
 
-@dataclass
-class Client:
-    id: int
-    size: int
-    counts: torch.Tensor               # (K,) training samples per class
-    state: dict = field(default_factory=dict)  # method-owned: "params" (the local model) and extras
+@dataclass(frozen=True)
+class ClientContext:
+    """What one client knows during one local update (or one evaluation). Frozen: hooks read it;
+    the only thing a client hook may change is its own ``state`` dict.
 
-    @property
-    def params(self) -> dict[str, torch.Tensor]:
-        return self.state["params"]
+    Inside ``local_loss`` under the batched executor, ``received``, ``state`` and ``counts`` hold this
+    client's values (vmapped); ``model``, ``labels``, ``features``, ``client_id``, ``seed`` and ``size``
+    are None there, so a loss must not depend on them."""
+    client_id: int | None
+    round: int                         # 0-based
+    rounds: int
+    seed: int                          # derived from (experiment seed, round, client): use for client randomness
+    num_classes: int
+    lr: float
+    received: Mapping[str, Any]        # what the server sent this client (``Method.broadcast``)
+    state: dict                        # the method's private state of this client
+    model: Params | None               # the client's model after its last local update (initial model before)
+    counts: torch.Tensor | None        # (K,) training samples per class
+    size: int | None                   # number of training samples
+    labels: torch.Tensor | None        # the client's training labels
+    forward: Callable[[Params, torch.Tensor], Out]          # functional forward; never writes buffers
+    features: Callable[[Params], Out] | None = None         # eval-mode forward over the client's training data
+
+
+@dataclass
+class LocalResult:
+    """What the engine tells ``upload`` about the local training that just ran."""
+    steps: int                         # optimizer steps on the "local" model this round
+    loss: float                        # mean training loss over the round's samples (all phases)
+    phase_losses: tuple[float, ...] = ()
 
 
 @dataclass
 class Server:
+    num_clients: int
     state: dict = field(default_factory=dict)  # method-owned: "global" params, prototypes, ...
+    round: int = 0
 
 
 @dataclass
-class Context:
-    """What a client knows during one local update; passed to every local hook and loss."""
-    client: Client
-    round: int
-    num_classes: int
-    received: dict                     # the method's broadcast for this client
-    model_fn: Callable[[dict, torch.Tensor], Out]  # functional forward with any parameter dict
-    lr: float
-    train_idx: torch.Tensor | None = None  # the client's sample indices into the training tensors
-    steps: int = 0                     # optimizer steps taken so far this round
-    extras: dict[str, Any] = field(default_factory=dict)
+class ClientSlot:
+    """Engine-side storage of one client: its model and the method's private state. The engine
+    stores both and never reads ``state``."""
+    id: int
+    size: int
+    counts: torch.Tensor
+    model: dict
+    state: dict = field(default_factory=dict)
 
 
 def derived_seed(*keys: int) -> int:
@@ -75,5 +107,5 @@ def derived_seed(*keys: int) -> int:
     return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(2, np.uint64)[0] >> np.uint64(1))
 
 
-def clone(params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def clone(params: Params) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in params.items()}

@@ -1,13 +1,20 @@
 """The Method base class: FedAvg behaviour by default; subclasses override only what their paper changes.
 
-Hooks, in the order the round loop calls them:
-  init_server / init_client   state at round 0
-  broadcast(server, client)   what a client receives ({"params": ...} and extras)
-  local_phases(ctx)           which parts train, how long, with which loss
-  local_loss(out, batch, params, ctx)   the local objective on one mini-batch (pure)
-  upload(ctx, params, client, executor) what leaves the client after training
-  aggregate(server, uploads, clients)   the server rule
-  eval_params / global_params / predict  evaluation
+Server hooks (see a ``Server`` and client ids, never a client's state):
+  init_server(server, init)          state at round 0
+  broadcast(server, client_id)       what client ``client_id`` receives ({"params": ...} and extras);
+                                     client_id None: what anyone would receive (global evaluation)
+  aggregate(server, uploads)         the server rule; ``uploads`` maps client id -> upload
+  global_params(server)              the single global model, if the method has one
+Client hooks (see a ``ClientContext``: what this client knows, nothing of the server but what it was sent):
+  init_client(state, init)           the method's private state of a client at round 0
+  receive(ctx) -> {target: params}   the models the local phases train ("local" is uploaded and kept)
+  local_phases(ctx)                  which parts train, how long, with which loss
+  local_loss(out, batch, params, ctx)  the local objective on one mini-batch: pure, per-sample terms
+                                     reduced with ``batch_mean`` (so executors can vmap and pad it);
+                                     ``params`` are the parameters the phase trains
+  upload(ctx, models, result)        what leaves the client after training; may update ``ctx.state``
+  eval_params(ctx), predict(out, ctx), finetune_phase()   evaluation
 """
 from __future__ import annotations
 
@@ -17,11 +24,11 @@ from typing import ClassVar
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from fedlib.aggregate import select, weighted_average
-from fedlib.engine.core import Batch, Client, Context, Out, Phase, Server, clone
+from fedlib.engine.core import Batch, ClientContext, LocalResult, Out, Phase, Server, clone
 from fedlib.errors import ConfigError
+from fedlib.losses import cross_entropy as _cross_entropy
 from fedlib.models import PARTS
 from fedlib.prototypes import aggregate_prototypes, class_stats, feature_variance
 
@@ -41,6 +48,10 @@ class Method:
     shared: ClassVar[tuple[str, ...]] = PARTS   # parts averaged by the server and broadcast
     personalized: ClassVar[bool] = False        # evaluate each client's own model
     has_global_model: ClassVar[bool] = True     # a single global model exists (A_glo)
+    metric_sets: ClassVar[tuple[str, ...]] = ()  # metric sets evaluated beside the experiment's
+    # Bump when a change of code alters this class's results: the cache key holds the versions
+    # declared along the method's class hierarchy (``Method.versions``), so only its records recompute.
+    version: ClassVar[int] = 1
 
     def __init__(self, **hyper):
         names = {f.name for f in dataclasses.fields(self.Hyper)}
@@ -51,47 +62,26 @@ class Method:
         self.hp = self.Hyper(**hyper)
         self.hp.validate()
 
-    # ------------------------------------------------------------------ state
-    def init_server(self, server: Server, init: dict[str, torch.Tensor], clients: list[Client]) -> None:
-        server.state["global"] = select(clone(init), self.shared)
+    @classmethod
+    def versions(cls) -> dict[str, int]:
+        """The ``version`` each class of the hierarchy declares (the cache key's method part)."""
+        return {k.__name__: k.__dict__["version"] for k in cls.__mro__ if "version" in k.__dict__}
 
-    def init_client(self, client: Client, init: dict[str, torch.Tensor]) -> None:
-        client.state["params"] = clone(init)
+    # ------------------------------------------------------------------ server side
+    def init_server(self, server: Server, init: dict[str, torch.Tensor]) -> None:
+        server.state["global"] = clone(init)   # shared parts are averaged into it; the rest stays at init
 
-    # ------------------------------------------------------------------ round
-    def broadcast(self, server: Server, client: Client) -> dict:
-        return {"params": server.state["global"]} if self.shared else {}
+    def broadcast(self, server: Server, client_id: int | None) -> dict:
+        return {"params": select(server.state["global"], self.shared)} if self.shared else {}
 
-    def local_phases(self, ctx: Context) -> list[Phase]:
-        return [Phase()]
-
-    def local_loss(self, out: Out, batch: Batch, params: dict, ctx: Context) -> torch.Tensor:
-        return cross_entropy(out, batch, params, ctx)
-
-    def upload(self, ctx: Context, params: dict, client: Client, executor) -> dict:
-        return {"params": select(params, self.shared), "n": client.size}
-
-    def aggregate(self, server: Server, uploads: dict[int, dict], clients: list[Client]) -> None:
+    def aggregate(self, server: Server, uploads: dict[int, dict]) -> None:
         if self.shared:
             ups = list(uploads.values())
-            server.state["global"] = weighted_average([u["params"] for u in ups], [u["n"] for u in ups])
+            server.state["global"] = {**server.state["global"],
+                                      **weighted_average([u["params"] for u in ups], [u["n"] for u in ups])}
 
-    # ------------------------------------------------------------------ evaluation
-    def finetune_phase(self) -> Phase | None:
-        """Local adaptation before each evaluation (FedAvg-FT, FedBABU, Per-FedAvg); None: none."""
-        return None
-
-    def eval_params(self, server: Server, client: Client) -> dict[str, torch.Tensor]:
-        """The model client ``client`` would use now: its own, with what the server sends on top."""
-        return {**client.params, **self.broadcast(server, client).get("params", {})}
-
-    def global_params(self, server: Server, clients: list[Client]) -> dict[str, torch.Tensor] | None:
-        if not self.has_global_model:
-            return None
-        return {**clients[0].params, **server.state["global"]}
-
-    def predict(self, out: Out, server: Server, client: Client | None) -> torch.Tensor:
-        return out.logits.argmax(1)
+    def global_params(self, server: Server) -> dict[str, torch.Tensor] | None:
+        return server.state["global"] if self.has_global_model else None
 
     def round_log(self, server: Server) -> dict:
         """Small per-round facts for the result record: the aggregation weights a method stored
@@ -99,17 +89,86 @@ class Method:
         w = server.state.get("weights")
         return {} if w is None else {"weights": {k: np.asarray(v).round(5).tolist() for k, v in w.items()}}
 
+    # ------------------------------------------------------------------ client side
+    def init_client(self, state: dict, init: dict[str, torch.Tensor]) -> None:
+        pass
+
+    def received_model(self, ctx: ClientContext) -> dict[str, torch.Tensor]:
+        """The client's own model with what the server sent on top."""
+        return {**ctx.model, **ctx.received.get("params", {})}
+
+    def receive(self, ctx: ClientContext) -> dict[str, dict]:
+        return {"local": self.received_model(ctx)}
+
+    def local_phases(self, ctx: ClientContext) -> list[Phase]:
+        return [Phase()]
+
+    def local_loss(self, out: Out, batch: Batch, params: dict, ctx: ClientContext) -> torch.Tensor:
+        return cross_entropy(out, batch, params, ctx)
+
+    def upload(self, ctx: ClientContext, models: dict, result: LocalResult) -> dict:
+        return {"params": select(models["local"], self.shared), "n": ctx.size}
+
+    # ------------------------------------------------------------------ evaluation (client side)
+    def finetune_phase(self) -> Phase | None:
+        """Local adaptation before each evaluation (FedAvg-FT, FedBABU, Per-FedAvg); None: none."""
+        return None
+
+    def eval_params(self, ctx: ClientContext) -> dict[str, torch.Tensor]:
+        """The model the client would use now: its own, with what the server sends on top."""
+        return self.received_model(ctx)
+
+    def predict(self, out: Out, ctx: ClientContext) -> torch.Tensor:
+        return out.logits.argmax(1)
+
     # ------------------------------------------------------------------ helpers for subclasses
     def embed(self, z: torch.Tensor) -> torch.Tensor:
         """The space the method's prototypes live in (FedPCL: the unit sphere); default: z itself."""
         return z
 
-    def local_statistics(self, executor, params: dict, ctx: Context):
+    def local_statistics(self, ctx: ClientContext, params: dict):
         """Per-class counts, prototypes (class means of embedded features) and squared-norm sums of
         the client's training data under ``params`` (no gradient)."""
-        out = executor.features(params, executor.x[ctx.train_idx])
-        counts, sums, sq = class_stats(self.embed(out.z), executor.y[ctx.train_idx], ctx.num_classes)
+        out = ctx.features(params)
+        counts, sums, sq = class_stats(self.embed(out.z), ctx.labels, ctx.num_classes)
         return counts, sums / counts.clamp_min(1).unsqueeze(1), sq
+
+
+class PersonalModel:
+    """Mixin: the client keeps a personal model v_i in its state beside the model it uploads (Ditto,
+    pFedMe). ``receive`` offers it as the phase target "personal", starting from the initial model
+    w^0 (Ditto's Algorithm 1: v_k^0 = w^0; ``ctx.model`` is w^0 until the client first trains);
+    evaluation uses it (the received model before the client first trained)."""
+    personalized = True
+
+    def receive(self, ctx):
+        models = super().receive(ctx)
+        models["personal"] = ctx.state.get("personal", ctx.model)
+        return models
+
+    def upload(self, ctx, models, result):
+        ctx.state["personal"] = models["personal"]
+        return super().upload(ctx, models, result)
+
+    def eval_params(self, ctx):
+        return ctx.state.get("personal", super().eval_params(ctx))
+
+
+class PerClientAggregation:
+    """Mixin: the server keeps model parts per client (``server.state["personal"][i]``, e.g. FedPAC's
+    heads, FedGPA's whole models) and sends them on top of the shared parts."""
+
+    def init_server(self, server, init):
+        super().init_server(server, init)
+        server.state["personal"] = {}
+
+    def broadcast(self, server, client_id):
+        msg = super().broadcast(server, client_id)
+        return {**msg, "params": {**msg.get("params", {}), **server.state["personal"].get(client_id, {})}}
+
+    def store_personal(self, server, client_ids, params_list) -> None:
+        for i, params in zip(client_ids, params_list):
+            server.state["personal"][i] = params
 
 
 class PrototypeSharing(Method):
@@ -117,32 +176,32 @@ class PrototypeSharing(Method):
 
     upload_variance: ClassVar[bool] = False  # also upload the within-client feature variance (FedPAC, FedGPA)
 
-    def init_server(self, server, init, clients):
-        super().init_server(server, init, clients)
+    def init_server(self, server, init):
+        super().init_server(server, init)
         server.state["protos"], server.state["present"] = None, None
 
-    def broadcast(self, server, client):
-        return {**super().broadcast(server, client), "protos": server.state["protos"],
+    def broadcast(self, server, client_id):
+        return {**super().broadcast(server, client_id), "protos": server.state["protos"],
                 "present": server.state["present"]}
 
-    def upload(self, ctx, params, client, executor):
-        counts, protos, sq = self.local_statistics(executor, params, ctx)
+    def upload(self, ctx, models, result):
+        counts, protos, sq = self.local_statistics(ctx, models["local"])
         # class counts are metadata (integers), not communicated parameters
-        up = {**super().upload(ctx, params, client, executor), "counts": counts.long(), "protos": protos}
+        up = {**super().upload(ctx, models, result), "counts": counts.long(), "protos": protos}
         if self.upload_variance:
             up["variance"] = feature_variance(counts, sq, protos)
         return up
 
-    def aggregate(self, server, uploads, clients):
-        super().aggregate(server, uploads, clients)
+    def aggregate(self, server, uploads):
+        super().aggregate(server, uploads)
         ups = list(uploads.values())
         server.state["protos"], server.state["present"] = aggregate_prototypes(
             torch.stack([u["protos"] for u in ups]), torch.stack([u["counts"] for u in ups]))
 
 
-def cross_entropy(out: Out, batch: Batch, params: dict, ctx: Context) -> torch.Tensor:
+def cross_entropy(out: Out, batch: Batch, params: dict, ctx: ClientContext) -> torch.Tensor:
     """The plain local objective, usable as a Phase loss (FedPAC's head phase, fine-tuning)."""
-    return F.cross_entropy(out.logits, batch.y)
+    return _cross_entropy(out.logits, batch)
 
 
 def positive(value, name: str, allow_zero: bool = False) -> None:

@@ -2,11 +2,9 @@
 CE + (lambda/2) ||v_i - w_global||^2  (its Eq. 2 / Algorithm 1)."""
 from dataclasses import dataclass
 
-import torch.nn.functional as F
-
 from fedlib.engine.core import Phase
-from fedlib.losses import proximal
-from fedlib.methods.base import Hyper, Method, positive
+from fedlib.losses import cross_entropy, proximal
+from fedlib.methods.base import Hyper, Method, PersonalModel, positive
 
 
 @dataclass
@@ -17,17 +15,14 @@ class DittoHyper(Hyper):
         positive(self.lam, "lam", allow_zero=True)
 
 
-class Ditto(Method):
+class Ditto(PersonalModel, Method):
     name = "ditto"
     paper = "Li et al., ICML 2021"
     Hyper = DittoHyper
-    personalized = True
+    version = 2  # v_k starts from w^0 (Algorithm 1), not from the client's first locally trained model
 
     def local_phases(self, ctx):
         return [Phase(target="local"), Phase(target="personal", loss=self.personal_loss)]
 
     def personal_loss(self, out, batch, params, ctx):
-        return F.cross_entropy(out.logits, batch.y) + 0.5 * self.hp.lam * proximal(params, ctx.received["params"])
-
-    def eval_params(self, server, client):
-        return client.state.get("personal", {**client.params, **server.state["global"]})
+        return cross_entropy(out.logits, batch) + 0.5 * self.hp.lam * proximal(params, ctx.received["params"])

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from fedlib.aggregate import mix, select, simplex_qp
-from fedlib.losses import prototype_distance
-from fedlib.methods.base import Hyper, PrototypeSharing, positive, unit_interval
+from fedlib.aggregate import difference_grams, mix, select, simplex_qp_batch
+from fedlib.losses import cross_entropy, prototype_distance
+from fedlib.methods.base import Hyper, PerClientAggregation, PrototypeSharing, positive, unit_interval
 from fedlib.models import PARTS
 from fedlib.prototypes import pad_prototypes
 
@@ -50,8 +49,9 @@ class GpaHyper(Hyper):
 def prototype_distances(protos: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     """Eq. 8: P_ij = sum_k p_ik ||C_i^(k) - C_j^(k)||_2 (protos padded with global ones)."""
     p = counts / counts.sum(1, keepdim=True)
-    diff = protos.unsqueeze(1) - protos.unsqueeze(0)                 # (m, m, K, d)
-    return (p.unsqueeze(1) * torch.linalg.vector_norm(diff, dim=-1)).sum(-1)
+    per_class = torch.cdist(protos.transpose(0, 1), protos.transpose(0, 1),
+                            compute_mode="donot_use_mm_for_euclid_dist")   # (K, m, m) ||C_i^(k) - C_j^(k)||
+    return torch.einsum("ik,kij->ij", p, per_class)
 
 
 def extractor_weights(P: torch.Tensor, sizes: torch.Tensor, mu: float) -> np.ndarray:
@@ -67,20 +67,21 @@ def extractor_weights(P: torch.Tensor, sizes: torch.Tensor, mu: float) -> np.nda
     return (alpha_hat / alpha_hat.sum(1, keepdim=True)).numpy()
 
 
-def classifier_weights(protos: torch.Tensor, counts: torch.Tensor, variances: torch.Tensor) -> np.ndarray:
-    """Eq. 12-16 per client i: beta_i = argmin beta^T (Diag(delta^2) + G_i) beta on the simplex."""
+def classifier_matrices(protos: torch.Tensor, counts: torch.Tensor, variances: torch.Tensor) -> np.ndarray:
+    """Q_i = Diag(delta^2) + G_i for every client i (Eq. 15-16, personalized reading): (m, m, m)."""
     p = (counts / counts.sum(1, keepdim=True)).double().cpu().numpy()
-    C = protos.double().cpu().numpy()                               # (m, K, d)
-    v = variances.double().cpu().numpy()
-    B = np.zeros((len(C), len(C)))
-    for i in range(len(C)):
-        diff = (C[i][None] - C) * np.sqrt(p[i])[None, :, None]       # (m, K, d)
-        G = np.einsum("akd,bkd->ab", diff, diff)
-        B[i] = simplex_qp(np.diag(v) + G)
-    return B
+    G = difference_grams(protos.double().cpu().numpy(), p)          # G_i[a, b], Eq. 8 differences
+    return np.diag(variances.double().cpu().numpy())[None] + G
 
 
-class FedGPA(PrototypeSharing):
+def classifier_weights(protos: torch.Tensor, counts: torch.Tensor, variances: torch.Tensor,
+                       solver=simplex_qp_batch) -> np.ndarray:
+    """Eq. 12-16 per client i: beta_i = argmin beta^T (Diag(delta^2) + G_i) beta on the simplex,
+    all clients' QPs solved together."""
+    return solver(classifier_matrices(protos, counts, variances))
+
+
+class FedGPA(PerClientAggregation, PrototypeSharing):
     name = "fedgpa"
     paper = "Han et al., AI Open 6 (2025)"
     Hyper = GpaHyper
@@ -89,24 +90,15 @@ class FedGPA(PrototypeSharing):
     has_global_model = False
     upload_variance = True
 
-    def init_server(self, server, init, clients):
-        super().init_server(server, init, clients)
-        server.state["personal"] = {}
-
-    def broadcast(self, server, client):
-        msg = super().broadcast(server, client)
-        msg["params"] = server.state["personal"].get(client.id, server.state["global"])
-        return msg
-
     def local_loss(self, out, batch, params, ctx):
-        loss = F.cross_entropy(out.logits, batch.y)
+        loss = cross_entropy(out.logits, batch)
         if self.hp.lga:
-            loss = loss + self.hp.lam * prototype_distance(out.z, batch.y, ctx.received["protos"],
+            loss = loss + self.hp.lam * prototype_distance(out.z, batch, ctx.received["protos"],
                                                            ctx.received["present"])
         return loss
 
-    def aggregate(self, server, uploads, clients):
-        super().aggregate(server, uploads, clients)  # global prototypes (Eq. 4) and the size-weighted average
+    def aggregate(self, server, uploads):
+        super().aggregate(server, uploads)  # global prototypes (Eq. 4) and the size-weighted average
         ids, ups = list(uploads), list(uploads.values())
         counts = torch.stack([u["counts"] for u in ups])
         protos = pad_prototypes(torch.stack([u["protos"] for u in ups]), counts, server.state["protos"])
@@ -116,6 +108,5 @@ class FedGPA(PrototypeSharing):
         beta = classifier_weights(protos, counts, torch.stack([u["variance"] for u in ups])) if self.hp.gpa_c else fedavg
         bodies = mix([select(u["params"], ("body", "projector")) for u in ups], alpha)
         heads = mix([select(u["params"], ("head",)) for u in ups], beta)
-        for i, body, head in zip(ids, bodies, heads):
-            server.state["personal"][i] = {**body, **head}
+        self.store_personal(server, ids, [{**body, **head} for body, head in zip(bodies, heads)])
         server.state["weights"] = {"participants": ids, "alpha": alpha, "beta": beta}

@@ -10,12 +10,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedlib.aggregate import is_psd, mix, select, simplex_qp
+from fedlib.aggregate import difference_grams, is_psd, mix, select, simplex_qp_batch
 from fedlib.engine.core import Phase
-from fedlib.losses import prototype_mse
-from fedlib.methods.base import Hyper, PrototypeSharing, cross_entropy, positive
-
-import torch.nn.functional as F
+from fedlib.losses import cross_entropy, prototype_mse
+from fedlib.methods.base import Hyper, PerClientAggregation, PrototypeSharing, positive
+from fedlib.methods.base import cross_entropy as ce_loss
 
 
 @dataclass
@@ -28,21 +27,26 @@ class PacHyper(Hyper):
         positive(self.head_epochs, "head_epochs")
 
 
-def collaboration_weights(protos: torch.Tensor, counts: torch.Tensor, variances: torch.Tensor) -> np.ndarray:
-    """FedPAC's classifier-combination weights for every client (rows) over clients (columns)."""
+def collaboration_matrices(protos: torch.Tensor, counts: torch.Tensor, variances: torch.Tensor) -> np.ndarray:
+    """Q_i = diag(v) + D_i for every client i: (m, m, m)."""
     p = counts / counts.sum(1, keepdim=True)
     h = (p.unsqueeze(-1) * protos).flatten(1).double().cpu().numpy()  # (m, K*d)
-    v = variances.double().cpu().numpy()
-    m = len(h)
-    A = np.zeros((m, m))
-    for i in range(m):
-        diff = h[i] - h                                              # (m, K*d): h_i - h_j
-        Q = np.diag(v) + diff @ diff.T
-        A[i] = simplex_qp(Q) if is_psd(Q) else np.eye(m)[i]
+    return np.diag(variances.double().cpu().numpy())[None] + difference_grams(h[:, None, :])
+
+
+def collaboration_weights(protos: torch.Tensor, counts: torch.Tensor, variances: torch.Tensor,
+                          solver=simplex_qp_batch) -> np.ndarray:
+    """FedPAC's classifier-combination weights for every client (rows) over clients (columns)."""
+    Q = collaboration_matrices(protos, counts, variances)
+    m = len(Q)
+    psd = np.array([is_psd(q) for q in Q])
+    A = np.eye(m)
+    if psd.any():
+        A[psd] = solver(Q[psd])
     return A
 
 
-class FedPAC(PrototypeSharing):
+class FedPAC(PerClientAggregation, PrototypeSharing):
     name = "fedpac"
     paper = "Xu, Tong & Huang, ICLR 2023"
     Hyper = PacHyper
@@ -51,33 +55,23 @@ class FedPAC(PrototypeSharing):
     has_global_model = False
     upload_variance = True
 
-    def init_server(self, server, init, clients):
-        super().init_server(server, init, clients)
-        server.state["heads"] = {}
-
-    def broadcast(self, server, client):
-        msg = super().broadcast(server, client)
-        msg["params"] = {**msg["params"], **server.state["heads"].get(client.id, {})}
-        return msg
-
     def local_phases(self, ctx):
-        return [Phase(trainable=("head",), epochs=self.hp.head_epochs, loss=cross_entropy),
+        return [Phase(trainable=("head",), epochs=self.hp.head_epochs, loss=ce_loss),
                 Phase(trainable=("body", "projector"))]
 
     def local_loss(self, out, batch, params, ctx):
-        reg = prototype_mse(out.z, batch.y, ctx.received["protos"], ctx.received["present"])
-        return F.cross_entropy(out.logits, batch.y) + self.hp.lam * reg
+        reg = prototype_mse(out.z, batch, ctx.received["protos"], ctx.received["present"])
+        return cross_entropy(out.logits, batch) + self.hp.lam * reg
 
-    def upload(self, ctx, params, client, executor):
-        up = super().upload(ctx, params, client, executor)
-        up["head"] = select(params, ("head",))
+    def upload(self, ctx, models, result):
+        up = super().upload(ctx, models, result)
+        up["head"] = select(models["local"], ("head",))
         return up
 
-    def aggregate(self, server, uploads, clients):
-        super().aggregate(server, uploads, clients)
+    def aggregate(self, server, uploads):
+        super().aggregate(server, uploads)
         ids, ups = list(uploads), list(uploads.values())
         A = collaboration_weights(torch.stack([u["protos"] for u in ups]), torch.stack([u["counts"] for u in ups]),
                                   torch.stack([u["variance"] for u in ups]))
-        for i, head in zip(ids, mix([u["head"] for u in ups], A)):
-            server.state["heads"][i] = head
+        self.store_personal(server, ids, mix([u["head"] for u in ups], A))
         server.state["weights"] = {"participants": ids, "beta": A}

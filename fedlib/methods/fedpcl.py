@@ -25,10 +25,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from fedlib.engine.core import derived_seed
 from fedlib.errors import ConfigError
-from fedlib.losses import prototype_contrastive, prototype_mse, supervised_contrastive
+from fedlib.losses import cross_entropy, prototype_contrastive, prototype_mse, sample_weight, supervised_contrastive
 from fedlib.methods.base import Hyper, PrototypeSharing, positive
-from fedlib.prototypes import class_means, pad_prototypes
+from fedlib.prototypes import batch_class_means, pad_prototypes
 
 LOSSES = ("pcl", "ce", "ce_protodist", "supcon")
 
@@ -59,12 +60,12 @@ class FedPCL(PrototypeSharing):
     personalized = True
     has_global_model = False
 
-    def init_server(self, server, init, clients):
-        super().init_server(server, init, clients)
+    def init_server(self, server, init):
+        super().init_server(server, init)
         server.state["local_sets"] = None
 
-    def broadcast(self, server, client):
-        return {**super().broadcast(server, client), "local_sets": server.state["local_sets"]}
+    def broadcast(self, server, client_id):
+        return {**super().broadcast(server, client_id), "local_sets": server.state["local_sets"]}
 
     def embed(self, z):
         # projections live on the unit sphere (the projection network's last step in the official
@@ -72,43 +73,47 @@ class FedPCL(PrototypeSharing):
         return F.normalize(z, dim=1)
 
     def local_loss(self, out, batch, params, ctx):
-        hp, z, y = self.hp, self.embed(out.z), batch.y
+        hp, z = self.hp, self.embed(out.z)
         if hp.loss == "ce":
-            return F.cross_entropy(out.logits, y)
+            return cross_entropy(out.logits, batch)
         if hp.loss == "ce_protodist":
-            return F.cross_entropy(out.logits, y) + hp.lam * prototype_mse(z, y, ctx.received["protos"],
-                                                                          ctx.received["present"])
+            return cross_entropy(out.logits, batch) + hp.lam * prototype_mse(z, batch, ctx.received["protos"],
+                                                                             ctx.received["present"])
         if hp.loss == "supcon":
-            return supervised_contrastive(z, y, hp.tau)
+            return supervised_contrastive(z, batch, hp.tau)
         glob, sets = ctx.received["protos"], ctx.received["local_sets"]
         if glob is None:  # first round: the batch's own class means stand in for prototypes
-            means, counts = class_means(z.detach(), y, ctx.num_classes)
+            means, _ = batch_class_means(z.detach(), batch.y, ctx.num_classes, sample_weight(batch))
             glob, sets = means, means.unsqueeze(0)
-        loss = z.new_zeros(())
+        loss = _zero_like(z)
         if hp.use_global:
-            loss = loss + prototype_contrastive(z, y, glob, hp.tau)                                # Eq. 8
+            loss = loss + prototype_contrastive(z, batch, glob, hp.tau)                            # Eq. 8
         if hp.use_local:
-            loss = loss + prototype_contrastive(z, y, sets, hp.tau)                                # Eq. 9
+            loss = loss + prototype_contrastive(z, batch, sets, hp.tau)                            # Eq. 9
         return loss
 
-    def upload(self, ctx, params, client, executor):
-        up = super().upload(ctx, params, client, executor)
+    def upload(self, ctx, models, result):
+        up = super().upload(ctx, models, result)
         up.pop("params")
-        if self.hp.noise > 0:  # Section 5.6: noise on the communicated prototypes
-            g = torch.Generator(device="cpu").manual_seed(ctx.round * 100003 + client.id)
+        if self.hp.noise > 0:  # Section 5.6: noise on the communicated prototypes, seeded by the client's context
+            g = torch.Generator(device="cpu").manual_seed(derived_seed(ctx.seed, 1))
             up["protos"] = up["protos"] + self.hp.noise * torch.randn(up["protos"].shape, generator=g).to(up["protos"])
-        client.state["protos"], client.state["counts"] = up["protos"], up["counts"]
+        ctx.state["protos"], ctx.state["counts"] = up["protos"], up["counts"]
         return up
 
-    def aggregate(self, server, uploads, clients):
-        super().aggregate(server, uploads, clients)  # size-weighted global prototypes (Eq. 6)
+    def aggregate(self, server, uploads):
+        super().aggregate(server, uploads)  # size-weighted global prototypes (Eq. 6)
         ups = list(uploads.values())
         server.state["local_sets"] = pad_prototypes(torch.stack([u["protos"] for u in ups]),
                                                     torch.stack([u["counts"] for u in ups]),
                                                     server.state["protos"])                       # Eq. 7
 
-    def predict(self, out, server, client):
-        if self.hp.loss in ("ce", "ce_protodist") or client is None or "protos" not in client.state:
+    def predict(self, out, ctx):
+        if self.hp.loss in ("ce", "ce_protodist") or "protos" not in ctx.state:
             return out.logits.argmax(1)
-        own = pad_prototypes(client.state["protos"][None], client.state["counts"][None], server.state["protos"])[0]
+        own = pad_prototypes(ctx.state["protos"][None], ctx.state["counts"][None], ctx.received["protos"])[0]
         return (self.embed(out.z) @ own.T).argmax(1)
+
+
+def _zero_like(z):
+    return z.sum() * 0.0

@@ -6,10 +6,9 @@ or by the nearest global prototype (``predict_by="prototype"``)."""
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from fedlib.errors import ConfigError
-from fedlib.losses import prototype_mse
+from fedlib.losses import cross_entropy, prototype_mse
 from fedlib.methods.base import Hyper, PrototypeSharing, positive
 
 
@@ -33,18 +32,18 @@ class FedProto(PrototypeSharing):
     has_global_model = False
 
     def local_loss(self, out, batch, params, ctx):
-        reg = prototype_mse(out.z, batch.y, ctx.received["protos"], ctx.received["present"])
-        return F.cross_entropy(out.logits, batch.y) + self.hp.lam * reg
+        reg = prototype_mse(out.z, batch, ctx.received["protos"], ctx.received["present"])
+        return cross_entropy(out.logits, batch) + self.hp.lam * reg
 
-    def upload(self, ctx, params, client, executor):
-        up = super().upload(ctx, params, client, executor)
+    def upload(self, ctx, models, result):
+        up = super().upload(ctx, models, result)
         up.pop("params")  # FedProto sends prototypes only
         return up
 
-    def predict(self, out, server, client):
-        if self.hp.predict_by == "logits" or server.state["protos"] is None:
+    def predict(self, out, ctx):
+        if self.hp.predict_by == "logits" or ctx.received["protos"] is None:
             return out.logits.argmax(1)
-        return nearest_prototype(out.z, server.state["protos"], server.state["present"])
+        return nearest_prototype(out.z, ctx.received["protos"], ctx.received["present"])
 
 
 def nearest_prototype(z, protos, present):

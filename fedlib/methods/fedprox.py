@@ -1,9 +1,7 @@
 """FedProx (Li et al., MLSys 2020): CE + (mu/2) ||w - w_global||^2  (its Eq. 2)."""
 from dataclasses import dataclass
 
-import torch.nn.functional as F
-
-from fedlib.losses import proximal
+from fedlib.losses import cross_entropy, proximal
 from fedlib.methods.base import Hyper, Method, positive
 
 
@@ -21,4 +19,4 @@ class FedProx(Method):
     Hyper = ProxHyper
 
     def local_loss(self, out, batch, params, ctx):
-        return F.cross_entropy(out.logits, batch.y) + 0.5 * self.hp.mu * proximal(params, ctx.received["params"])
+        return cross_entropy(out.logits, batch) + 0.5 * self.hp.mu * proximal(params, ctx.received["params"])

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from fedlib.losses import batch_mean, cross_entropy
 from fedlib.methods.base import Hyper, Method, positive
 
 
@@ -26,18 +27,20 @@ class Moon(Method):
     paper = "Li et al., CVPR 2021"
     Hyper = MoonHyper
 
-    def broadcast(self, server, client):
-        return {"params": server.state["global"], "previous": client.state.get("previous", server.state["global"])}
+    def init_client(self, state, init):
+        state["previous"] = None  # the client's model of its last round; None until it has trained
 
     def local_loss(self, out, batch, params, ctx):
+        teacher = ctx.received["params"]
+        previous = ctx.state["previous"] if ctx.state["previous"] is not None else teacher
         with torch.no_grad():
-            z_glob = ctx.model_fn(ctx.received["params"], batch.x).z
-            z_prev = ctx.model_fn(ctx.received["previous"], batch.x).z
+            z_glob = ctx.forward(teacher, batch.x).z
+            z_prev = ctx.forward(previous, batch.x).z
         pos = F.cosine_similarity(out.z, z_glob, dim=1) / self.hp.tau
         neg = F.cosine_similarity(out.z, z_prev, dim=1) / self.hp.tau
-        contrastive = -(pos - torch.logsumexp(torch.stack([pos, neg], 1), 1)).mean()
-        return F.cross_entropy(out.logits, batch.y) + self.hp.mu * contrastive
+        contrastive = batch_mean(-(pos - torch.logsumexp(torch.stack([pos, neg], 1), 1)), batch)
+        return cross_entropy(out.logits, batch) + self.hp.mu * contrastive
 
-    def upload(self, ctx, params, client, executor):
-        client.state["previous"] = params
-        return super().upload(ctx, params, client, executor)
+    def upload(self, ctx, models, result):
+        ctx.state["previous"] = models["local"]
+        return super().upload(ctx, models, result)

@@ -3,7 +3,8 @@
 Each local step splits the mini-batch into two halves D and D': a temporary model
 w' = w - alpha * grad f(w; D) is evaluated on D', and w <- w - lr * grad f(w'; D') (the first-order
 approximation drops the Hessian term). Server: sample-size average. Before evaluation every
-client adapts the global model with one step of SGD (step size alpha) on one mini-batch."""
+client adapts the global model with one step of SGD (step size alpha) on one mini-batch.
+Its step is not a loss of one batch, so the phase declares ``step`` and is never batched."""
 from dataclasses import dataclass
 
 import torch
@@ -30,15 +31,14 @@ class PerFedAvg(Method):
     def local_phases(self, ctx):
         return [Phase(step=self.maml_step)]
 
-    def maml_step(self, model, batch, live, ctx):
+    def maml_step(self, batch, params, ctx):
         half = max(1, len(batch.y) // 2)
-        w = {k: p for k, p in live.items() if p.requires_grad}
-        inner = F.cross_entropy(ctx.model_fn(w, batch.x[:half]).logits, batch.y[:half])
-        grads = torch.autograd.grad(inner, list(w.values()))
-        temp = {k: (p - self.hp.alpha * g).detach().requires_grad_(True) for (k, p), g in zip(w.items(), grads)}
+        inner = F.cross_entropy(ctx.forward(params, batch.x[:half]).logits, batch.y[:half])
+        grads = torch.autograd.grad(inner, list(params.values()))
+        temp = {k: (p - self.hp.alpha * g).detach().requires_grad_(True) for (k, p), g in zip(params.items(), grads)}
         x2, y2 = (batch.x[half:], batch.y[half:]) if len(batch.y) > 1 else (batch.x, batch.y)
-        outer = F.cross_entropy(ctx.model_fn(temp, x2).logits, y2)
-        for p, g in zip(w.values(), torch.autograd.grad(outer, list(temp.values()))):
+        outer = F.cross_entropy(ctx.forward(temp, x2).logits, y2)
+        for p, g in zip(params.values(), torch.autograd.grad(outer, list(temp.values()))):
             p.grad = g
         return outer.detach()
 

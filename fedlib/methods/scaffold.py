@@ -5,9 +5,9 @@ correction is stated as a loss term. Server: x = sample-size weighted average of
 models (global lr 1), c <- c + (1/N) sum_i delta c_i.
 """
 import torch
-import torch.nn.functional as F
 
 from fedlib.aggregate import weighted_average
+from fedlib.losses import cross_entropy
 from fedlib.methods.base import Method
 
 
@@ -15,33 +15,32 @@ class Scaffold(Method):
     name = "scaffold"
     paper = "Karimireddy et al., ICML 2020"
 
-    def init_server(self, server, init, clients):
-        super().init_server(server, init, clients)
+    def init_server(self, server, init):
+        super().init_server(server, init)
         server.state["control"] = {k: torch.zeros_like(v) for k, v in init.items() if v.is_floating_point()}
 
-    def init_client(self, client, init):
-        super().init_client(client, init)
-        client.state["control"] = {k: torch.zeros_like(v) for k, v in init.items() if v.is_floating_point()}
+    def init_client(self, state, init):
+        state["control"] = {k: torch.zeros_like(v) for k, v in init.items() if v.is_floating_point()}
 
-    def broadcast(self, server, client):
+    def broadcast(self, server, client_id):
         return {"params": server.state["global"], "control": server.state["control"]}
 
     def local_loss(self, out, batch, params, ctx):
-        c, c_i = ctx.received["control"], ctx.client.state["control"]
-        correction = sum((params[k] * (c[k] - c_i[k])).sum() for k in c if params[k].requires_grad)
-        return F.cross_entropy(out.logits, batch.y) + correction
+        c, c_i = ctx.received["control"], ctx.state["control"]
+        correction = sum((params[k] * (c[k] - c_i[k])).sum() for k in c if k in params)
+        return cross_entropy(out.logits, batch) + correction
 
-    def upload(self, ctx, params, client, executor):
-        x, c = ctx.received["params"], ctx.received["control"]
-        old = client.state["control"]
+    def upload(self, ctx, models, result):
+        x, c, y = ctx.received["params"], ctx.received["control"], models["local"]
+        old = ctx.state["control"]
         # option II: c_i+ = c_i - c + (x - y_i) / (K lr)
-        new = {k: old[k] - c[k] + (x[k] - params[k]) / (max(ctx.steps, 1) * ctx.lr) for k in old}
-        client.state["control"] = new
-        return {"params": params, "n": client.size, "delta_control": {k: new[k] - old[k] for k in new}}
+        new = {k: old[k] - c[k] + (x[k] - y[k]) / (max(result.steps, 1) * ctx.lr) for k in old}
+        ctx.state["control"] = new
+        return {"params": y, "n": ctx.size, "delta_control": {k: new[k] - old[k] for k in new}}
 
-    def aggregate(self, server, uploads, clients):
+    def aggregate(self, server, uploads):
         ups = list(uploads.values())
         server.state["global"] = weighted_average([u["params"] for u in ups], [u["n"] for u in ups])
         control = server.state["control"]
         for k in control:
-            control[k] = control[k] + sum(u["delta_control"][k] for u in ups) / len(clients)
+            control[k] = control[k] + sum(u["delta_control"][k] for u in ups) / server.num_clients

@@ -1,0 +1,202 @@
+"""Evaluation: one pass gives per-class confusion counts of {global model, each client's model} x
+{balanced global test set, client-local test sets}; metric sets turn them into record entries.
+
+Families of confusion counts (each a list of (K, K) arrays):
+  personal_local   client i's model on client i's local test set (the global model for methods
+                   without personal models)
+  personal_global  client i's model on the global test set
+  global_global    the global model on the global test set (one array)
+  global_local     the global model on every client's local test set
+A metric set names the families it needs and maps them to scalars. Methods add sets with the class
+attribute ``metric_sets``, experiments with the config field ``metrics``, chapters register their own
+with ``register_metric_set`` (no change to the engine).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from fedlib.engine.client import ADAPT_SALT, Adaptation, ClientTask
+from fedlib.engine.core import ClientContext, derived_seed
+from fedlib.errors import ConfigError
+from fedlib.metrics import accuracy, confusion, group_accuracy, harmonic, macro_f1, summarize
+
+FAMILIES = ("personal_local", "personal_global", "global_global", "global_local")
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The confusion counts of one evaluation and the facts metric sets may need."""
+    confusions: dict[str, list[np.ndarray]]
+    train_counts: np.ndarray           # clients x classes
+    class_groups: dict[str, np.ndarray]  # FedPRP's many / medium / few class indices
+
+    def get(self, family: str) -> list[np.ndarray] | None:
+        return self.confusions.get(family)
+
+
+@dataclass(frozen=True)
+class MetricSet:
+    name: str
+    needs: frozenset
+    compute: Callable[[Evaluation], dict]
+    doc: str = ""
+
+
+METRIC_SETS: dict[str, MetricSet] = {}
+
+
+def register_metric_set(name: str, needs, compute: Callable[[Evaluation], dict], doc: str = "") -> MetricSet:
+    unknown = set(needs) - set(FAMILIES)
+    if unknown:
+        raise ConfigError("needs", sorted(unknown), f"families among {', '.join(FAMILIES)}")
+    METRIC_SETS[name] = MetricSet(name, frozenset(needs), compute, doc)
+    return METRIC_SETS[name]
+
+
+def _prefixed(prefix: str, values: dict) -> dict:
+    return {f"{prefix}_{k}": v for k, v in values.items()}
+
+
+def _standard(ev: Evaluation) -> dict:
+    out = {}
+    local = ev.get("personal_local")
+    if local is not None:
+        out.update(_prefixed("personal_local", summarize(local)))
+        out["personal_local_acc_clients"] = [accuracy(C) for C in local]
+    if ev.get("global_global") is not None:
+        C = ev.get("global_global")[0]
+        out.update({"global_acc": accuracy(C), "global_f1": macro_f1(C)})
+        out.update(_prefixed("global_local", summarize(ev.get("global_local"))))
+    return out
+
+
+def _personal_global(ev: Evaluation) -> dict:
+    return _prefixed("personal_global", summarize(ev.get("personal_global"))) if ev.get("personal_global") else {}
+
+
+def _class_groups(ev: Evaluation) -> dict:
+    """Accuracy on FedPRP's Many / Medium / Few classes and their mean ("average"), for the global
+    model on the global test set and for client models on it (pooled over clients)."""
+    out = {}
+    for prefix, family in (("global", "global_global"), ("personal_global", "personal_global")):
+        confs = ev.get(family)
+        if not confs:
+            continue
+        C = sum(confs)
+        groups = {g: group_accuracy(C, idx) for g, idx in ev.class_groups.items()}
+        out.update({f"{prefix}_{g}": v for g, v in groups.items()})
+        out[f"{prefix}_groups_average"] = float(np.nanmean(list(groups.values())))
+    return out
+
+
+def _fedprp(ev: Evaluation) -> dict:
+    """FedPRP's A_glo (global model, balanced test), A_loc (mean over clients of their model on the
+    balanced test) and A_sel (mean over clients of their model on their own local test)."""
+    out = {}
+    if ev.get("global_global"):
+        out["a_glo"] = accuracy(ev.get("global_global")[0])
+    if ev.get("personal_global"):
+        out["a_loc"] = float(np.mean([accuracy(C) for C in ev.get("personal_global")]))
+    if ev.get("personal_local"):
+        out["a_sel"] = float(np.mean([accuracy(C) for C in ev.get("personal_local")]))
+    return out
+
+
+def _generalization(ev: Evaluation) -> dict:
+    """pFedCSPC Eq. 19-21: ACC_global of the global model, I_local (mean over clients of the
+    harmonic mean of accuracy and macro-F1 on local tests) and HM, their harmonic mean."""
+    if not (ev.get("global_global") and ev.get("personal_local")):
+        return {}
+    acc = accuracy(ev.get("global_global")[0])
+    i_local = summarize(ev.get("personal_local"))["i_local"]
+    return {"acc_global": acc, "i_local": i_local, "hm": harmonic(acc, i_local)}
+
+
+register_metric_set("standard", ("personal_local", "global_global", "global_local"), _standard,
+                    "personal_local_{acc,f1,i_local,...}, global_acc, global_f1, global_local_*")
+register_metric_set("personal_global", ("personal_global",), _personal_global,
+                    "personal_global_*: client models on the balanced global test set")
+register_metric_set("class_groups", ("global_global", "personal_global"), _class_groups,
+                    "accuracy on Many / Medium / Few classes (FedPRP)")
+register_metric_set("fedprp", ("global_global", "personal_global", "personal_local"), _fedprp,
+                    "a_glo, a_loc, a_sel (FedPRP Section V-A-3)")
+register_metric_set("generalization", ("global_global", "personal_local"), _generalization,
+                    "acc_global, i_local, hm (pFedCSPC Eq. 19-21)")
+
+
+def resolve_metric_sets(names) -> list[MetricSet]:
+    out = []
+    for name in names:
+        if name not in METRIC_SETS:
+            raise ConfigError("metrics", name, f"metric sets among {', '.join(METRIC_SETS)}")
+        if METRIC_SETS[name] not in out:
+            out.append(METRIC_SETS[name])
+    return out
+
+
+class Evaluator:
+    """Computes the confusion families the metric sets need, then the metric sets."""
+
+    def __init__(self, federation, metric_sets: list[MetricSet]):
+        self.fed = federation
+        self.sets = metric_sets
+        self.needs = set().union(*(s.needs for s in metric_sets))
+
+    def _confusion(self, params, test_idx: torch.Tensor, ctx: ClientContext) -> np.ndarray:
+        fed = self.fed
+        out = fed.trainer.features(params, fed.data.data.test_x[test_idx])
+        pred = fed.method.predict(out, ctx)
+        return confusion(fed.data.data.test_y[test_idx], pred, fed.data.num_classes)
+
+    def personal_models(self, t: int) -> tuple[list[dict], list[ClientContext]]:
+        """Every client's model as it would use it now (after its evaluation-time adaptation)."""
+        fed, method = self.fed, self.fed.method
+        tasks = [fed.task(c, t) for c in fed.clients]
+        ctxs = [fed.context(task) for task in tasks]
+        params = [method.eval_params(ctx) for ctx in ctxs]
+        if method.finetune_phase() is not None:
+            adapt = [ClientTask(task.client_id, t, task.received, task.state, task.model, salt=ADAPT_SALT)
+                     for task in tasks]
+            params = [r.model for r in fed.executor.run(Adaptation(method), adapt)]
+        return params, ctxs
+
+    def __call__(self, t: int) -> tuple[dict, dict]:
+        fed, method = self.fed, self.fed.method
+        conf: dict[str, list] = {}
+        gparams = method.global_params(fed.server) if method.has_global_model else None
+        if gparams is not None and self.needs & {"global_global", "global_local"}:
+            anon = fed.anonymous_context(t)
+            conf["global_global"] = [self._confusion(gparams, fed.global_test, anon)]
+            conf["global_local"] = [self._confusion(gparams, fed.data.test_idx[c.id], fed.context(fed.task(c, t)))
+                                    for c in fed.clients]
+        if method.personalized and self.needs & {"personal_local", "personal_global"}:
+            params, ctxs = self.personal_models(t)
+            if "personal_local" in self.needs:
+                conf["personal_local"] = [self._confusion(p, fed.data.test_idx[c.client_id], c)
+                                          for p, c in zip(params, ctxs)]
+            if "personal_global" in self.needs:
+                conf["personal_global"] = [self._confusion(p, fed.global_test, c) for p, c in zip(params, ctxs)]
+        elif gparams is not None:  # the global model is every client's model
+            if "personal_local" in self.needs:
+                conf["personal_local"] = conf.get("global_local") or [
+                    self._confusion(gparams, fed.data.test_idx[c.id], fed.context(fed.task(c, t))) for c in fed.clients]
+            if "personal_global" in self.needs:
+                conf["personal_global"] = [conf["global_global"][0]] * len(fed.clients)
+        ev = Evaluation(conf, fed.data.train_counts, fed.data.class_groups())
+        record: dict = {}
+        for s in self.sets:
+            record.update(s.compute(ev))
+        return record, conf
+
+
+def global_test_indices(n: int, size: int | None, seed: int, device) -> torch.Tensor:
+    """The global test set: all ``n`` test samples, or a seeded subset of ``size``."""
+    test = torch.arange(n, device=device)
+    if size and size < n:
+        g = torch.Generator().manual_seed(derived_seed(seed, 104729))
+        test = test[torch.randperm(n, generator=g)[:size].to(device)]
+    return test
