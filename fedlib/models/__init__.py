@@ -36,14 +36,16 @@ class SplitModel(nn.Module):
 
 
 def _conv_stack(in_ch: int, channels: list[int], size: int, kernel: int = 5) -> tuple[nn.Sequential, int]:
-    """conv(k) -> ReLU -> maxpool(2) per channel count. Inputs too small for unpadded convs
-    (e.g. 8x8 digits) get 'same' padding; returns the stack and its flattened output size."""
+    """conv(k) -> maxpool(2) -> ReLU per channel count: the papers' conv -> ReLU -> pool, bitwise
+    (ReLU is monotone, so it commutes with max, gradients included), with the ReLU on a quarter of the
+    values. Inputs too small for unpadded convs (e.g. 8x8 digits) get 'same' padding; returns the
+    stack and its flattened output size."""
     layers, ch = [], in_ch
     pad = 0
     if size - len(channels) * (kernel - 1) < 2 ** len(channels):  # would collapse to nothing
         pad = kernel // 2
     for out in channels:
-        layers += [nn.Conv2d(ch, out, kernel, padding=pad), nn.ReLU(), nn.MaxPool2d(2)]
+        layers += [nn.Conv2d(ch, out, kernel, padding=pad), nn.MaxPool2d(2), nn.ReLU()]
         ch = out
         size = (size + 2 * pad - kernel + 1) // 2
     if size < 1:
