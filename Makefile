@@ -33,7 +33,7 @@ test: setup  ## unit tests + nbval on the committed ci-scale notebooks
 bench: setup  ## round-engine speed on the standing benchmark (FedAvg, MNIST, 20 clients)
 	$(PY) benchmarks/round_speed.py
 
-reproduce: setup  ## the paper-scale configurations (a GPU is advised)
+reproduce: setup  ## the paper-scale configurations: rewrites results/<chapter>/ (a GPU is advised; batched executor there)
 	$(PY) -m fedlib book --config paper --no-build
 
 clean-cache:

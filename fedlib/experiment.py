@@ -152,6 +152,12 @@ def code_version() -> str:
     return f"fedlib {fedlib.__version__}" + (f" ({rev})" if rev else "")
 
 
+def device_description(device: str) -> str:
+    if device.startswith("cuda"):
+        return f"{device} ({torch.cuda.get_device_name(device)}, torch {torch.__version__})"
+    return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__})"
+
+
 def _atomic_json(path: Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
@@ -214,7 +220,7 @@ def run(cfg: Config, cache_dir: str | os.PathLike | None = DEFAULT_CACHE, progre
     history = fed.run()
     record = {
         "config": dataclasses.asdict(cfg), "key": cfg.key(), "seed": cfg.seed, "code_version": code_version(),
-        "device": cfg.device if cfg.device != "cpu" else f"cpu ({platform.machine()}, {torch.get_num_threads()} threads)",
+        "device": device_description(cfg.device),
         "executor": cfg.executor,
         "wall_time_s": fed.elapsed, "history": history, "final": history[-1],
         "final_confusions": {k: [np.asarray(c).tolist() for c in v] for k, v in fed.final_confusions.items()},

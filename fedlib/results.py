@@ -1,0 +1,130 @@
+"""Committed result records: ``results/<chapter>/<config key>.json``.
+
+Paper-scale runs take hours (a GPU is advised); their records are committed so that the default book
+build shows them without recomputing. A record is small: the config, its key, seed, code version,
+device, executor, wall time and the per-round metrics (no checkpoints; the aggregation weights of
+the first and last logged rounds only). ``python -m fedlib book --config paper`` (``make reproduce``)
+recomputes them and writes the same files.
+
+A record is *stale* when today's code does not produce its key from its config (a method's version
+or the config's fields changed since it was made): the book flags it instead of showing it as
+current. ``replay`` re-runs a record's first rounds to check that today's code reproduces it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from fedlib.experiment import Config, build
+
+RESULTS = Path(os.environ.get("FEDLIB_RESULTS", Path(__file__).resolve().parents[1] / "results"))
+KEEP = ("config", "key", "seed", "code_version", "device", "executor", "wall_time_s", "finished_at", "resumed",
+        "train_counts", "final_confusions")
+
+
+def slim(record: dict) -> dict:
+    """The committed part of a result record."""
+    out = {k: record[k] for k in KEEP if k in record}
+    logged = [row for row in record["history"] if "weights" in row]
+    out["history"] = [{k: v for k, v in row.items() if k != "weights"} for row in record["history"]]
+    if logged:
+        out["weights"] = {"first": {"round": logged[0]["round"], **logged[0]["weights"]},
+                          "last": {"round": logged[-1]["round"], **logged[-1]["weights"]}}
+    out["final"] = out["history"][-1]
+    return out
+
+
+def path_of(chapter: str, key: str, root: Path = RESULTS) -> Path:
+    return Path(root) / chapter / f"{key}.json"
+
+
+def write(record: dict, chapter: str, root: Path = RESULTS) -> Path:
+    path = path_of(chapter, record["key"], root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(slim(record), sort_keys=True, separators=(",", ":")) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+@dataclass
+class Stored:
+    record: dict
+    path: Path
+    stale: bool            # today's code gives this config another key
+    reason: str = ""
+
+
+def current_key(config: dict) -> tuple[str | None, str]:
+    """(key today's code gives the stored config, why none) - None when the config no longer loads."""
+    from fedlib.errors import ConfigError
+
+    try:
+        return Config(**config).key(), ""
+    except TypeError as exc:
+        return None, f"config fields changed ({exc})"
+    except ConfigError as exc:
+        return None, str(exc)
+
+
+def load(chapter: str, root: Path = RESULTS) -> list[Stored]:
+    out = []
+    for path in sorted((Path(root) / chapter).glob("*.json")):
+        record = json.loads(path.read_text())
+        key, why = current_key(record["config"])
+        stale = key != record["key"]
+        out.append(Stored(record, path, stale, why or ("the method or config changed since this record was made"
+                                                     if stale else "")))
+    return out
+
+
+def lookup(chapter: str, configs: list[Config], root: Path = RESULTS) -> list[Stored | None]:
+    """The stored record of each config: the current one (by key), else a stale one with the same
+    config apart from code versions, else None."""
+    stored = load(chapter, root)
+    by_key = {s.record["key"]: s for s in stored if not s.stale}
+    by_config = {json.dumps(s.record["config"], sort_keys=True, default=str): s for s in stored if s.stale}
+    out = []
+    for cfg in configs:
+        hit = by_key.get(cfg.key())
+        if hit is None:
+            hit = by_config.get(json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=str))
+        out.append(hit)
+    return out
+
+
+# ---------------------------------------------------------------------- integrity
+# relative train loss / absolute accuracy. Same device kind and executor: float rounding only (thread
+# counts), at most a test sample or two flipping; another device or executor: float32 arithmetic
+# differs from the first step on, and two rounds drift apart by a little.
+TOLERANCE = {"same": {"loss": 1e-5, "acc": 0.005}, "cross": {"loss": 0.02, "acc": 0.02}}
+
+
+def replay(record: dict, rounds: int = 2, device: str = "cpu", executor: str = "sequential") -> list[dict]:
+    """Re-run the first ``rounds`` rounds of a stored record (same config, total rounds and
+    evaluation cadence) and compare the train loss and the evaluated accuracies round by round."""
+    cfg = dataclasses.replace(Config(**record["config"]), device=device, executor=executor)
+    fed = build(cfg)
+    recorded = {row["round"]: row for row in record["history"]}
+    same = record.get("executor", "sequential") == executor and str(record.get("device", "")).startswith(device)
+    checks = []
+    for t in range(min(rounds, cfg.rounds)):
+        row = fed.run_round(t)
+        if (t + 1) % cfg.eval_every == 0 or t + 1 == cfg.rounds:
+            row.update(fed.evaluate(t))
+        old = recorded.get(t + 1, {})
+        for metric, value in row.items():
+            if metric not in old or not isinstance(value, float) or not isinstance(old[metric], (int, float)):
+                continue
+            kind = "loss" if "loss" in metric else "acc"
+            if not (kind == "loss" or metric.endswith("_acc")):
+                continue
+            diff = abs(value - old[metric]) / (abs(old[metric]) if kind == "loss" else 1.0)
+            tol = TOLERANCE["same" if same else "cross"][kind]
+            checks.append({"round": t + 1, "metric": metric, "recorded": old[metric], "replayed": value,
+                           "difference": diff, "tolerance": tol, "ok": math.isfinite(value) and diff <= tol})
+    return checks
