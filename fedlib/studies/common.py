@@ -26,21 +26,103 @@ def set_runtime(device: str = "auto", executor: str = "auto") -> dict:
     return dict(RUNTIME)
 
 
+def _run_one(cfg: Config, kwargs: dict) -> dict:
+    return run(cfg, progress=False, **kwargs)
+
+
+def _single_thread():
+    import os
+
+    import torch
+
+    os.environ["TQDM_DISABLE"] = "1"
+    torch.set_num_threads(1)
+
+
+_POOL: dict = {}
+
+
+def _pool(workers: int):
+    """One pool of single-threaded worker processes per session, reused by every grid."""
+    import atexit
+    from concurrent.futures import ProcessPoolExecutor
+
+    import torch
+
+    from fedlib.engine.executors import _main_script_hidden
+
+    if _POOL.get("workers") != workers:
+        if _POOL.get("pool") is not None:
+            _POOL["pool"].shutdown(cancel_futures=True)
+        with _main_script_hidden(True):
+            pool = ProcessPoolExecutor(workers, mp_context=torch.multiprocessing.get_context("spawn"),
+                                       initializer=_single_thread)
+            for f in [pool.submit(int, 0) for _ in range(workers)]:
+                f.result()   # start the workers now, while the main script is hidden
+        _POOL.update(pool=pool, workers=workers)
+        if not _POOL.get("atexit"):
+            atexit.register(lambda: _POOL.get("pool") and _POOL["pool"].shutdown(cancel_futures=True))
+            _POOL["atexit"] = True
+    return _POOL["pool"]
+
+
+def default_workers() -> int:
+    """Runs on the CPU are small enough that two single-threaded runs at once beat one run on two
+    threads (FedGPA at book scale: 1.7x the throughput on 2 cores); a GPU runs one at a time."""
+    import os
+
+    return 1 if RUNTIME["device"] != "cpu" else max(1, min(len(os.sched_getaffinity(0)), 8))
+
+
 def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, store: str | None = None,
-            **kwargs) -> list[dict]:
-    """Run (or read from the cache) every config, with one progress bar over runs. ``store``: also
-    write each record to ``results/<store>/`` (the paper-scale records the book shows)."""
+            workers: int | None = None, **kwargs) -> list[dict]:
+    """Run (or read from the cache) every config, with one progress bar over runs. Uncached runs are
+    spread over ``workers`` single-threaded processes (default: one per CPU core on the CPU, none on a
+    GPU). ``store``: also write each record to ``results/<store>/`` (the paper-scale records the book
+    shows)."""
+    import json
+    from concurrent.futures import as_completed
+    from pathlib import Path
+
     from tqdm import tqdm
 
     from fedlib import results
+    from fedlib.experiment import DEFAULT_CACHE
 
-    bar = tqdm(configs, desc=desc, **({} if progress else {"disable": True}))  # TQDM_DISABLE=1 still applies
-    out = []
-    for c in bar:
-        record = run(c, progress=False, **kwargs)
-        if store:
+    workers = default_workers() if workers is None else workers
+    cache = kwargs.get("cache_dir", DEFAULT_CACHE)
+    out: list = [None] * len(configs)
+    pending: dict[str, list[int]] = {}
+    for i, c in enumerate(configs):
+        path = Path(cache) / f"{c.key()}.json" if cache is not None else None
+        if path is not None and path.exists():
+            out[i] = json.loads(path.read_text())
+        else:
+            pending.setdefault(c.key() if cache is not None else str(i), []).append(i)
+    bar = tqdm(total=len(configs), initial=len(configs) - sum(map(len, pending.values())), desc=desc,
+               **({} if progress else {"disable": True}))  # TQDM_DISABLE=1 still applies
+    if workers > 1 and len(pending) > 1:
+        pool = _pool(workers)
+        futures = {pool.submit(_run_one, configs[idx[0]], kwargs): idx for idx in pending.values()}
+        try:
+            for future in as_completed(futures):
+                for i in futures[future]:
+                    out[i] = future.result()
+                bar.update(len(futures[future]))
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+    else:
+        for idx in pending.values():
+            record = _run_one(configs[idx[0]], kwargs)
+            for i in idx:
+                out[i] = record
+            bar.update(len(idx))
+    bar.close()
+    if store:
+        for record in out:
             results.write(record, store)
-        out.append(record)
     return out
 
 
