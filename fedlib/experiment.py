@@ -53,6 +53,10 @@ class Config:
     backbones: list | None = None  # frozen backbones: train on their concatenated features (FedPCL)
     backbone_input: int = 64       # input pixels of resizable backbones (EfficientNet-Lite)
     metrics: list = field(default_factory=list)  # metric sets beside "standard" (see fedlib.engine.evaluation)
+    eval_clients: str = "all"      # all | participants: whose models the client metrics average (FedPRP)
+    average_global: bool = False   # evaluate an average of the client models where a method has no global one
+    late_clients: int = 0          # the last late_clients clients join at round late_round (FedPRP Table VII)
+    late_round: int = 0
     executor: str = "sequential"   # sequential | process | batched: how a round's clients are trained
     workers: int | None = None     # worker processes of the "process" executor (default: CPU count)
 
@@ -67,7 +71,7 @@ class Config:
 
         method = make_method(self.method, **self.hyper)
         payload = {k: v for k, v in dataclasses.asdict(self).items()
-                   if k not in self.RUNTIME_FIELDS and not (k in ("data_options", "backbones", "metrics") and not v)}
+                   if k not in self.RUNTIME_FIELDS and not (k in OFF_BY_DEFAULT and v == OFF_BY_DEFAULT[k])}
         if not self.backbones:
             payload.pop("backbone_input")
         payload["hyper"] = dataclasses.asdict(method.hp)  # defaults included
@@ -85,6 +89,9 @@ class Config:
 
 
 FIELDS = {f.name for f in dataclasses.fields(Config)}
+# fields whose default leaves results as they were before the field existed: omitted from the key then
+OFF_BY_DEFAULT = {"data_options": {}, "backbones": None, "metrics": [], "eval_clients": "all", "average_global": False,
+                  "late_clients": 0, "late_round": 0}
 
 
 def make_config(**kwargs) -> Config:
@@ -133,6 +140,12 @@ def validate(cfg: Config) -> None:
     check(isinstance(cfg.backbone_input, (int, np.integer)) and cfg.backbone_input >= 16, "backbone_input",
           cfg.backbone_input, "an input size of at least 16 pixels")
     check(isinstance(cfg.metrics, (list, tuple)), "metrics", cfg.metrics, "a list of metric set names")
+    check(cfg.eval_clients in ("all", "participants"), "eval_clients", cfg.eval_clients, "'all' or 'participants'")
+    check(isinstance(cfg.late_clients, (int, np.integer)) and 0 <= cfg.late_clients < cfg.num_clients, "late_clients",
+          cfg.late_clients, f"a number of clients in [0, num_clients={cfg.num_clients})")
+    if cfg.late_clients:
+        check(isinstance(cfg.late_round, (int, np.integer)) and 0 < cfg.late_round < cfg.rounds, "late_round",
+              cfg.late_round, f"a round in (0, rounds={cfg.rounds}) at which the late clients join")
     resolve_metric_sets(cfg.metric_sets())
     make_method(cfg.method, **cfg.hyper)  # validates the hyperparameters
 
@@ -198,6 +211,8 @@ def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = ""):
                       batch_size=cfg.batch_size, lr=cfg.lr, fraction=cfg.fraction, eval_every=cfg.eval_every,
                       optimizer=cfg.optimizer, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
                       metrics=cfg.metric_sets(), global_test_size=cfg.global_test_size, executor=cfg.executor,
+                      eval_clients=cfg.eval_clients, average_global=cfg.average_global,
+                      late_clients=cfg.late_clients, late_round=cfg.late_round,
                       executor_options={"workers": cfg.workers}, checkpoint=checkpoint, progress=progress, desc=desc)
 
 

@@ -34,7 +34,7 @@ def test_hook_signatures_keep_the_two_sides_apart(name):
     server_hooks = {"init_server": ["server", "init"], "broadcast": ["server", "client_id"],
                     "aggregate": ["server", "uploads"], "global_params": ["server"]}
     client_hooks = {"init_client": ["state", "init"], "receive": ["ctx"], "local_phases": ["ctx"],
-                    "upload": ["ctx", "models", "result"], "eval_params": ["ctx"], "predict": ["out", "ctx"]}
+                    "upload": ["ctx", "models", "result"], "eval_params": ["ctx"], "predict": ["out", "ctx", "variant"]}
     for hook, params in {**server_hooks, **client_hooks}.items():
         assert list(inspect.signature(getattr(cls, hook)).parameters)[1:] == params, (name, hook)
 

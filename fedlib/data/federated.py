@@ -6,7 +6,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from fedlib.data.partition import class_counts, local_test_indices, partition
+from fedlib.data.partition import class_counts, local_test_indices, partition_with_server
 from fedlib.data.sources import Dataset
 
 
@@ -18,6 +18,8 @@ class FederatedData:
     train_counts: np.ndarray       # clients x classes
     test_counts: np.ndarray
     client_domains: list | None = None  # the domain of each single-domain client (feature shift)
+    server_idx: torch.Tensor | None = None  # training samples held by the server (partition "server")
+    own_test_idx: list | None = None  # per client: a share of the test images of its own classes (see below)
 
     @property
     def num_clients(self) -> int:
@@ -40,10 +42,24 @@ class FederatedData:
         return {"many": np.sort(order[:a]), "medium": np.sort(order[a:b]), "few": np.sort(order[b:])}
 
 
+def own_class_test_indices(test_labels: np.ndarray, train_counts: np.ndarray, seed: int) -> list[np.ndarray]:
+    """Per client, test images of the classes it trains on only: each class's test images are split
+    evenly over the clients holding it (the official FedPRP code's protocol; the union over clients is
+    the whole test set of the classes anyone holds)."""
+    rng = np.random.default_rng(seed)
+    parts: list[list[np.ndarray]] = [[] for _ in train_counts]
+    for c in range(train_counts.shape[1]):
+        holders = np.flatnonzero(train_counts[:, c] > 0)
+        if len(holders):
+            for i, share in zip(holders, np.array_split(rng.permutation(np.flatnonzero(test_labels == c)), len(holders))):
+                parts[i].append(share)
+    return [np.sort(np.concatenate(p)).astype(np.int64) if p else np.zeros(0, dtype=np.int64) for p in parts]
+
+
 def federate(data: Dataset, num_clients: int, spec: dict, seed: int, device="cpu") -> FederatedData:
     labels = data.train_y.numpy()
     train_domain = None if data.train_domain is None else data.train_domain.numpy()
-    parts = partition(labels, data.num_classes, num_clients, spec, seed, domain_ids=train_domain)
+    parts, held = partition_with_server(labels, data.num_classes, num_clients, spec, seed, domain_ids=train_domain)
     counts = class_counts(labels, parts, data.num_classes)
     test_labels = data.test_y.numpy()
     client_domains = None
@@ -53,5 +69,8 @@ def federate(data: Dataset, num_clients: int, spec: dict, seed: int, device="cpu
     tests = local_test_indices(test_labels, counts, spec.get("test_fraction", 0.25), seed + 1,
                                None if data.test_domain is None else data.test_domain.numpy(), client_domains)
     as_tensor = lambda parts: [torch.as_tensor(p, dtype=torch.int64, device=device) for p in parts]  # noqa: E731
+    own = own_class_test_indices(test_labels, counts, seed + 2) if data.test_domain is None else None
     return FederatedData(data.to(device), as_tensor(parts), as_tensor(tests), counts,
-                         class_counts(test_labels, tests, data.num_classes), client_domains)
+                         class_counts(test_labels, tests, data.num_classes), client_domains,
+                         torch.as_tensor(held, dtype=torch.int64, device=device) if len(held) else None,
+                         as_tensor(own) if own is not None else None)

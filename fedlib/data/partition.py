@@ -206,12 +206,30 @@ PARTITIONERS: dict[str, Partitioner] = {
                         "FedPAC/FedGPA: s% uniform + dominant classes"),
 }
 COMMON_PARAMS = {"imbalance": "global long-tail ratio gamma in (0, 1] applied first (FedPRP)",
-                 "test_fraction": "local test size / local train size (0.25)"}
+                 "test_fraction": "local test size / local train size (0.25)",
+                 "server": "training samples per class held out, balanced, for the server (FEDIC; 0)"}
+
+
+def server_split(labels: np.ndarray, per_class: int, rng: np.random.Generator) -> np.ndarray:
+    """``per_class`` random training samples of every class, for a server-side auxiliary set."""
+    check(isinstance(per_class, (int, np.integer)) and per_class >= 0, "server", per_class,
+          "a non-negative number of samples per class")
+    classes = np.unique(labels)
+    smallest = min(int((labels == c).sum()) for c in classes)
+    check(per_class < smallest, "server", per_class, f"fewer than the smallest class ({smallest} samples)")
+    return np.sort(np.concatenate([rng.permutation(np.flatnonzero(labels == c))[:per_class] for c in classes]))
 
 
 def partition(labels: np.ndarray, num_classes: int, num_clients: int, spec: dict, seed: int,
               domain_ids: np.ndarray | None = None) -> list[np.ndarray]:
     """Dispatch a partition spec such as ``{"name": "skew", "s": 20, "setting": 1}``."""
+    return partition_with_server(labels, num_classes, num_clients, spec, seed, domain_ids)[0]
+
+
+def partition_with_server(labels: np.ndarray, num_classes: int, num_clients: int, spec: dict, seed: int,
+                          domain_ids: np.ndarray | None = None) -> tuple[list[np.ndarray], np.ndarray]:
+    """Client index arrays and the server's held-out indices (empty unless ``server`` > 0): the
+    server's balanced set is drawn first, the long tail and the clients' partition from the rest."""
     spec = dict(spec)
     name = spec.pop("name", None)
     if name not in PARTITIONERS:
@@ -223,9 +241,14 @@ def partition(labels: np.ndarray, num_classes: int, num_clients: int, spec: dict
     spec.pop("test_fraction", None)
     rng = np.random.default_rng(seed)
     pool = np.arange(len(labels))
+    held = np.zeros(0, dtype=np.int64)
+    per_class = spec.pop("server", 0)
+    if per_class:
+        held = server_split(labels, per_class, rng)
+        pool = np.setdiff1d(pool, held)
     imbalance = spec.pop("imbalance", None)
     if imbalance is not None:
-        pool = long_tail(labels, rng, imbalance)
+        pool = pool[long_tail(labels[pool], rng, imbalance)]
     if name == "skew" and "setting" not in spec and not {"n", "k"} <= set(spec):
         raise ConfigError("partition.setting", None, "setting=1|2|3 (FedGPA) or both n and k for the 'skew' partition")
     if name == "skew" and "setting" in spec:
@@ -246,7 +269,7 @@ def partition(labels: np.ndarray, num_classes: int, num_clients: int, spec: dict
     parts = [pool[p] for p in parts]
     empty = [i for i, p in enumerate(parts) if len(p) == 0]
     check(not empty, "num_clients", num_clients, f"a number that leaves no client empty (clients {empty[:5]} got no data)")
-    return parts
+    return parts, held
 
 
 def local_test_indices(test_labels: np.ndarray, train_counts: np.ndarray, fraction: float,

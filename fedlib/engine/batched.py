@@ -18,7 +18,7 @@ from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from fedlib.engine.core import Batch, ClientContext, Out, Params, Phase
 from fedlib.engine.training import OptimizerSpec, diverged, epoch_orders
-from fedlib.models import SplitModel, part_of
+from fedlib.models import SplitModel, network_params, part_of
 
 
 # ---------------------------------------------------------------------- functional optimizers
@@ -144,7 +144,7 @@ class BatchedTrainer:
         return next(model.buffers(), None) is None
 
     def forward(self, params: Params, x: torch.Tensor) -> Out:
-        return Out(*functional_call(self.model, params, (x,), {"with_features": True}))
+        return Out(*functional_call(self.model, network_params(params), (x,), {"with_features": True}))
 
     # ------------------------------------------------------------------ schedules
     def schedule(self, train_idx: torch.Tensor, epochs: int, max_steps: int | None, seed_keys) -> tuple:
@@ -218,7 +218,7 @@ class BatchedTrainer:
             it = iter(ctx_tensors)
             received, state, counts = tree_unflatten([next(it) if c is _TENSOR else c for c in consts], spec)
             ctx = dataclasses.replace(template, received=received, state=state, counts=counts)
-            z, logits = functional_call(model, {**fp, **tp}, (x,), {"with_features": True})
+            z, logits = functional_call(model, network_params({**fp, **tp}), (x,), {"with_features": True})
             return loss_fn(Out(z, logits), Batch(x, y, wt), tp, ctx)
 
         step_fn = vmap(grad_and_value(client_loss), in_dims=(0, frozen_dims, 0, 0, 0, ctx_dims), randomness="different")

@@ -46,6 +46,7 @@ class Phase:
     target: str = "local"
     lr: float | None = None            # None: the experiment's lr
     optimizer: str | None = None       # None: the experiment's optimizer; "sgd" for a method's own plain steps
+    weight_decay: float | None = None  # None: the experiment's weight decay
     max_steps: int | None = None       # stop after this many mini-batches (Per-FedAvg's one-step adaptation)
     # step(batch, params, ctx) -> loss: fills ``.grad`` of ``params`` itself (bi-level methods: pFedMe,
     # Per-FedAvg). Such a phase cannot be batched across clients; executors run it client by client.
@@ -89,6 +90,12 @@ class Server:
     num_clients: int
     state: dict = field(default_factory=dict)  # method-owned: "global" params, prototypes, ...
     round: int = 0
+    num_classes: int = 0
+    # server-side computation (CReFF, FEDIC): a functional forward of the model and, when the partition
+    # holds samples out for the server ("server" > 0), that auxiliary data; never any client's data
+    forward: Callable[[Params, torch.Tensor], Out] | None = None
+    data: Batch | None = None
+    seed: int = 0
 
 
 @dataclass

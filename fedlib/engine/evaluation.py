@@ -7,6 +7,8 @@ Families of confusion counts (each a list of (K, K) arrays):
   personal_global  client i's model on the global test set
   global_global    the global model on the global test set (one array)
   global_local     the global model on every client's local test set
+  personal_own     client i's model on a share of the test images of its own classes only (the
+                   official FedPRP protocol: each class's test images split over the clients holding it)
 A metric set names the families it needs and maps them to scalars. Methods add sets with the class
 attribute ``metric_sets``, experiments with the config field ``metrics``, chapters register their own
 with ``register_metric_set`` (no change to the engine).
@@ -24,7 +26,7 @@ from fedlib.engine.core import ClientContext, derived_seed
 from fedlib.errors import ConfigError
 from fedlib.metrics import accuracy, confusion, group_accuracy, harmonic, macro_f1, summarize
 
-FAMILIES = ("personal_local", "personal_global", "global_global", "global_local")
+FAMILIES = ("personal_local", "personal_global", "personal_own", "global_global", "global_local")
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,12 @@ register_metric_set("class_groups", ("global_global", "personal_global"), _class
                     "accuracy on Many / Medium / Few classes (FedPRP)")
 register_metric_set("fedprp", ("global_global", "personal_global", "personal_local"), _fedprp,
                     "a_glo, a_loc, a_sel (FedPRP Section V-A-3)")
+def _own_classes(ev: Evaluation) -> dict:
+    return _prefixed("personal_own", summarize(ev.get("personal_own"))) if ev.get("personal_own") else {}
+
+
+register_metric_set("own_classes", ("personal_own",), _own_classes,
+                    "personal_own_*: client models on test images of their own classes (FedPRP's code)")
 register_metric_set("generalization", ("global_global", "personal_local"), _generalization,
                     "acc_global, i_local, hm (pFedCSPC Eq. 19-21)")
 
@@ -139,23 +147,44 @@ def resolve_metric_sets(names) -> list[MetricSet]:
 
 
 class Evaluator:
-    """Computes the confusion families the metric sets need, then the metric sets."""
+    """Computes the confusion families the metric sets need, then the metric sets.
 
-    def __init__(self, federation, metric_sets: list[MetricSet]):
+    ``participants_only``: client models are evaluated for the clients of the last round only (FedPRP's
+    A_loc / A_sel). ``average_global``: for a method without a global model, an evaluation-only one
+    (the uniform average of the evaluated clients' models) gives the global families; nothing of it is
+    communicated. A method's ``prediction_variants`` add families "<family>@<variant>"."""
+
+    def __init__(self, federation, metric_sets: list[MetricSet], participants_only: bool = False,
+                 average_global: bool = False):
         self.fed = federation
         self.sets = metric_sets
         self.needs = set().union(*(s.needs for s in metric_sets))
+        self.participants_only, self.average_global = participants_only, average_global
 
-    def _confusion(self, params, test_idx: torch.Tensor, ctx: ClientContext) -> np.ndarray:
+    def _outputs(self, params, test_idx: torch.Tensor):
+        return self.fed.trainer.features(params, self.fed.data.data.test_x[test_idx])
+
+    def _confusions(self, out, test_idx: torch.Tensor, ctx: ClientContext) -> dict:
+        """{variant: confusion} for the default prediction (variant None) and the method's variants."""
         fed = self.fed
-        out = fed.trainer.features(params, fed.data.data.test_x[test_idx])
-        pred = fed.method.predict(out, ctx)
-        return confusion(fed.data.data.test_y[test_idx], pred, fed.data.num_classes)
+        y = fed.data.data.test_y[test_idx]
+        return {v: confusion(y, fed.method.predict(out, ctx, v), fed.data.num_classes)
+                for v in (None, *fed.method.prediction_variants)}
 
-    def personal_models(self, t: int) -> tuple[list[dict], list[ClientContext]]:
+    def _family(self, conf: dict, name: str, per_model: list[dict]) -> None:
+        for variant in per_model[0] if per_model else ():
+            conf[name if variant is None else f"{name}@{variant}"] = [c[variant] for c in per_model]
+
+    def evaluated_clients(self):
+        fed = self.fed
+        if self.participants_only and fed.last_participants:
+            return [fed.clients[i] for i in fed.last_participants]
+        return fed.clients
+
+    def personal_models(self, t: int, clients) -> tuple[list[dict], list[ClientContext]]:
         """Every client's model as it would use it now (after its evaluation-time adaptation)."""
         fed, method = self.fed, self.fed.method
-        tasks = [fed.task(c, t) for c in fed.clients]
+        tasks = [fed.task(c, t) for c in clients]
         ctxs = [fed.context(task) for task in tasks]
         params = [method.eval_params(ctx) for ctx in ctxs]
         if method.finetune_phase() is not None:
@@ -165,32 +194,73 @@ class Evaluator:
         return params, ctxs
 
     def __call__(self, t: int) -> tuple[dict, dict]:
-        fed, method = self.fed, self.fed.method
+        fed, method, needs = self.fed, self.fed.method, self.needs
+        data = fed.data
         conf: dict[str, list] = {}
+        clients = self.evaluated_clients()
+        anon = fed.anonymous_context(t)
+        personal = params = ctxs = None
+        if method.personalized and needs & {"personal_local", "personal_global", "personal_own"}:
+            params, ctxs = self.personal_models(t, clients)
+            personal = True
         gparams = method.global_params(fed.server) if method.has_global_model else None
-        if gparams is not None and self.needs & {"global_global", "global_local"}:
-            anon = fed.anonymous_context(t)
-            conf["global_global"] = [self._confusion(gparams, fed.global_test, anon)]
-            conf["global_local"] = [self._confusion(gparams, fed.data.test_idx[c.id], fed.context(fed.task(c, t)))
-                                    for c in fed.clients]
-        if method.personalized and self.needs & {"personal_local", "personal_global"}:
-            params, ctxs = self.personal_models(t)
-            if "personal_local" in self.needs:
-                conf["personal_local"] = [self._confusion(p, fed.data.test_idx[c.client_id], c)
-                                          for p, c in zip(params, ctxs)]
-            if "personal_global" in self.needs:
-                conf["personal_global"] = [self._confusion(p, fed.global_test, c) for p, c in zip(params, ctxs)]
-        elif gparams is not None:  # the global model is every client's model
-            if "personal_local" in self.needs:
-                conf["personal_local"] = conf.get("global_local") or [
-                    self._confusion(gparams, fed.data.test_idx[c.id], fed.context(fed.task(c, t))) for c in fed.clients]
-            if "personal_global" in self.needs:
-                conf["personal_global"] = [conf["global_global"][0]] * len(fed.clients)
-        ev = Evaluation(conf, fed.data.train_counts, fed.data.class_groups())
+        if gparams is None and self.average_global and params is not None:
+            from fedlib.aggregate import weighted_average
+            from fedlib.models import network_params
+
+            gparams = weighted_average([network_params(p) for p in params], [1.0] * len(params))
+        if gparams is not None and needs & {"global_global", "global_local", "personal_local", "personal_global"}:
+            # the global model predicts with what anyone receives, never with a client's private state
+            self._family(conf, "global_global", [self._confusions(self._outputs(gparams, fed.global_test),
+                                                                  fed.global_test, anon)])
+            if needs & {"global_local", "personal_local"}:
+                self._family(conf, "global_local", [
+                    self._confusions(self._outputs(gparams, data.test_idx[c.id]), data.test_idx[c.id], anon)
+                    for c in clients])
+        if personal:
+            if "personal_local" in needs:
+                self._family(conf, "personal_local", [
+                    self._confusions(self._outputs(p, data.test_idx[c.client_id]), data.test_idx[c.client_id], c)
+                    for p, c in zip(params, ctxs)])
+            if "personal_global" in needs:
+                self._family(conf, "personal_global", [
+                    self._confusions(self._outputs(p, fed.global_test), fed.global_test, c) for p, c in zip(params, ctxs)])
+            if "personal_own" in needs and data.own_test_idx is not None:
+                self._family(conf, "personal_own", [
+                    self._confusions(self._outputs(p, data.own_test_idx[c.client_id]), data.own_test_idx[c.client_id], c)
+                    for p, c in zip(params, ctxs)])
+        elif gparams is not None and method.has_global_model:  # the global model is every client's model
+            for name in ("personal_local", "personal_global", "personal_own"):
+                if name not in needs:
+                    continue
+                if name == "personal_local":
+                    for key in [k for k in conf if k.startswith("global_local")]:
+                        conf[key.replace("global_local", "personal_local")] = conf[key]
+                elif name == "personal_global":
+                    for key in [k for k in conf if k.startswith("global_global")]:
+                        conf[key.replace("global_global", "personal_global")] = conf[key] * len(clients)
+                elif data.own_test_idx is not None:
+                    self._family(conf, "personal_own", [
+                        self._confusions(self._outputs(gparams, data.own_test_idx[c.id]), data.own_test_idx[c.id], anon)
+                        for c in clients])
+        ev = Evaluation(conf, data.train_counts, data.class_groups())
         record: dict = {}
         for s in self.sets:
             record.update(s.compute(ev))
+        if method.prediction_variants:
+            record.update(_variants(ev, method.prediction_variants))
         return record, conf
+
+
+def _variants(ev: Evaluation, variants) -> dict:
+    """Mean accuracy of every family under each prediction variant ("<family>_acc@<variant>")."""
+    out = {}
+    for key, confs in ev.confusions.items():
+        if "@" in key:
+            family, variant = key.split("@", 1)
+            if variant in variants:
+                out[f"{family}_acc@{variant}"] = float(np.mean([accuracy(C) for C in confs]))
+    return out
 
 
 def global_test_indices(n: int, size: int | None, seed: int, device) -> torch.Tensor:

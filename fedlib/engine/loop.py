@@ -17,15 +17,23 @@ from tqdm import tqdm
 
 from fedlib.data.federated import FederatedData
 from fedlib.engine.client import ClientTask, Setup
-from fedlib.engine.core import ClientContext, ClientSlot, Server, clone, derived_seed
+from fedlib.engine.core import Batch, ClientContext, ClientSlot, Server, clone, derived_seed
 from fedlib.engine.evaluation import Evaluator, global_test_indices, resolve_metric_sets
 from fedlib.engine.executors import make_executor
 from fedlib.engine.training import OptimizerSpec, Trainer
 from fedlib.models import SplitModel
 
 
-def sample_clients(num_clients: int, fraction: float, seed: int, round_: int) -> list[int]:
-    """Clients taking part in a round: all when fraction == 1, else max(1, round(C*m)) at random."""
+def sample_clients(num_clients: int, fraction: float, seed: int, round_: int, late_clients: int = 0,
+                   late_round: int = 0) -> list[int]:
+    """Clients taking part in a round: all when fraction == 1, else max(1, round(C*m)) at random.
+
+    With ``late_clients`` > 0 the last ``late_clients`` ids join at round ``late_round`` (0-based):
+    before it only the others are sampled, from it on only the late ones take part (FedPRP Table VII)."""
+    if late_clients:
+        if round_ >= late_round:
+            return list(range(num_clients - late_clients, num_clients))
+        num_clients -= late_clients
     if fraction >= 1.0:
         return list(range(num_clients))
     k = max(1, int(round(fraction * num_clients)))
@@ -51,6 +59,8 @@ class Federation:
                  local_epochs: int, batch_size: int, lr: float, fraction: float = 1.0, eval_every: int = 1,
                  optimizer: str = "sgd", momentum: float = 0.0, weight_decay: float = 0.0,
                  metrics=("standard",), global_test_size: int | None = None, executor: str = "sequential",
+                 eval_clients: str = "all", average_global: bool = False, late_clients: int = 0,
+                 late_round: int = 0,
                  executor_options: dict | None = None, checkpoint: str | os.PathLike | None = None,
                  progress: bool = True, desc: str = ""):
         self.data, self.method, self.seed = fed, method, seed
@@ -71,9 +81,14 @@ class Federation:
                         for i, idx in enumerate(fed.train_idx)]
         for c in self.clients:
             method.init_client(c.state, init)
-        self.server = Server(num_clients=fed.num_clients)
+        held = None if fed.server_idx is None else Batch(self.trainer.x[fed.server_idx], data.train_y[fed.server_idx])
+        self.server = Server(num_clients=fed.num_clients, num_classes=fed.num_classes, forward=self.trainer.forward,
+                             data=held, seed=seed)
         method.init_server(self.server, init)
-        self.evaluator = Evaluator(self, resolve_metric_sets([*metrics, *method.metric_sets]))
+        self.evaluator = Evaluator(self, resolve_metric_sets([*metrics, *method.metric_sets]),
+                                   participants_only=eval_clients == "participants", average_global=average_global)
+        self.late_clients, self.late_round = late_clients, late_round
+        self.last_participants: list[int] = []
         self.history: list[dict] = []
         self.start_round = 0
         self.elapsed = 0.0
@@ -99,7 +114,9 @@ class Federation:
     # ------------------------------------------------------------------ one round
     def run_round(self, t: int) -> dict:
         self.server.round = t
-        tasks = [self.task(self.clients[i], t) for i in sample_clients(self.data.num_clients, self.fraction, self.seed, t)]
+        chosen = sample_clients(self.data.num_clients, self.fraction, self.seed, t, self.late_clients, self.late_round)
+        self.last_participants = chosen
+        tasks = [self.task(self.clients[i], t) for i in chosen]
         results = self.executor.run(self.method, tasks)
         for r in results:
             slot = self.clients[r.client_id]
@@ -141,7 +158,7 @@ class Federation:
 
     # ------------------------------------------------------------------ checkpoints
     def _state(self, done: int) -> dict:
-        return {"round": done, "server": self.server.state,
+        return {"round": done, "server": self.server.state, "participants": self.last_participants,
                 "clients": [{"model": c.model, "state": c.state} for c in self.clients],
                 "history": self.history, "elapsed": self.elapsed, "final_confusions": self.final_confusions}
 
@@ -163,3 +180,4 @@ class Federation:
             c.model, c.state = s["model"], s["state"]
         self.history, self.elapsed = state["history"], state["elapsed"]
         self.final_confusions = state.get("final_confusions", {})
+        self.last_participants = state.get("participants", [])

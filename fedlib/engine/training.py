@@ -16,7 +16,7 @@ from torch.func import functional_call
 
 from fedlib.engine.core import Batch, ClientContext, Out, Params, Phase, derived_seed
 from fedlib.errors import TrainingDiverged
-from fedlib.models import SplitModel, part_of
+from fedlib.models import EXTRA, SplitModel, network_params, part_of
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,8 @@ class OptimizerSpec:
     weight_decay: float = 0.0
 
     def for_phase(self, phase: Phase) -> "OptimizerSpec":
-        return self if phase.optimizer is None else OptimizerSpec(phase.optimizer, self.momentum, self.weight_decay)
+        return OptimizerSpec(phase.optimizer or self.kind, self.momentum,
+                             self.weight_decay if phase.weight_decay is None else phase.weight_decay)
 
 
 def epoch_orders(train_idx: torch.Tensor, epochs: int, seed_keys: tuple[int, ...]) -> list[torch.Tensor]:
@@ -92,6 +93,7 @@ class Trainer:
     # ------------------------------------------------------------------ forward passes
     def forward(self, params: Params, x: torch.Tensor) -> Out:
         """Forward with any parameter dict (teachers, frozen copies); buffers are copied, never written."""
+        params = network_params(params)
         if self.buffer_names:
             params = {k: (v.clone() if k in self.buffer_names else v) for k, v in params.items()}
         return Out(*functional_call(self.model, params, (x,), {"with_features": True}))
@@ -99,7 +101,7 @@ class Trainer:
     @torch.no_grad()
     def features(self, params: Params, x: torch.Tensor, chunk: int = 2048) -> Out:
         """Features and logits of ``x`` under ``params`` (evaluation mode, chunked)."""
-        self.model.load_state_dict(params, strict=True)
+        self.model.load_state_dict(network_params(params), strict=True)
         self.model.eval()
         zs, ls = [], []
         x = x.contiguous(memory_format=self.layout)
@@ -121,12 +123,16 @@ class Trainer:
         Returns (parameters, sum of per-batch loss x batch size, samples seen, optimizer steps).
         Raises TrainingDiverged on a non-finite loss."""
         model = self.model
-        model.load_state_dict(params, strict=True)
+        model.load_state_dict(network_params(params), strict=True)
         trainable = {}
         for name, p in model.named_parameters():
             p.requires_grad_(part_of(name) in phase.trainable)
             if p.requires_grad:
                 trainable[name] = p
+        extras = {k: v.detach().clone().requires_grad_(EXTRA in phase.trainable) for k, v in params.items()
+                  if part_of(k) == EXTRA}
+        if EXTRA in phase.trainable:
+            trainable.update(extras)
         opt = make_optimizer(self.optimizer.for_phase(phase), list(trainable.values()), lr)
         total = torch.zeros((), dtype=torch.float64, device=self.x.device)
         count = steps = 0
@@ -153,4 +159,5 @@ class Trainer:
         value = float(total)
         if not math.isfinite(value):
             raise diverged(value, ctx, lr)
-        return {k: v.detach().clone() for k, v in model.state_dict().items()}, value, count, steps
+        return ({**{k: v.detach().clone() for k, v in model.state_dict().items()},
+                 **{k: v.detach().clone() for k, v in extras.items()}}, value, count, steps)

@@ -14,7 +14,7 @@ Client hooks (see a ``ClientContext``: what this client knows, nothing of the se
                                      reduced with ``batch_mean`` (so executors can vmap and pad it);
                                      ``params`` are the parameters the phase trains
   upload(ctx, models, result)        what leaves the client after training; may update ``ctx.state``
-  eval_params(ctx), predict(out, ctx), finetune_phase()   evaluation
+  eval_params(ctx), predict(out, ctx, variant), finetune_phase()   evaluation
 """
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ class Method:
     personalized: ClassVar[bool] = False        # evaluate each client's own model
     has_global_model: ClassVar[bool] = True     # a single global model exists (A_glo)
     metric_sets: ClassVar[tuple[str, ...]] = ()  # metric sets evaluated beside the experiment's
+    prediction_variants: ClassVar[tuple[str, ...]] = ()  # other ways to predict, recorded as <metric>@<variant>
     # Bump when a change of code alters this class's results: the cache key holds the versions
     # declared along the method's class hierarchy (``Method.versions``), so only its records recompute.
     version: ClassVar[int] = 1
@@ -118,7 +119,9 @@ class Method:
         """The model the client would use now: its own, with what the server sends on top."""
         return self.received_model(ctx)
 
-    def predict(self, out: Out, ctx: ClientContext) -> torch.Tensor:
+    def predict(self, out: Out, ctx: ClientContext, variant: str | None = None) -> torch.Tensor:
+        """Predicted classes; ``variant`` None is the method's own rule, others are its
+        ``prediction_variants``. ``ctx.client_id`` is None for the global model."""
         return out.logits.argmax(1)
 
     # ------------------------------------------------------------------ helpers for subclasses

@@ -108,7 +108,7 @@ class FedPCL(PrototypeSharing):
                                                     torch.stack([u["counts"] for u in ups]),
                                                     server.state["protos"])                       # Eq. 7
 
-    def predict(self, out, ctx):
+    def predict(self, out, ctx, variant=None):
         if self.hp.loss in ("ce", "ce_protodist") or "protos" not in ctx.state:
             return out.logits.argmax(1)
         own = pad_prototypes(ctx.state["protos"][None], ctx.state["counts"][None], ctx.received["protos"])[0]

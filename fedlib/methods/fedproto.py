@@ -40,7 +40,7 @@ class FedProto(PrototypeSharing):
         up.pop("params")  # FedProto sends prototypes only
         return up
 
-    def predict(self, out, ctx):
+    def predict(self, out, ctx, variant=None):
         if self.hp.predict_by == "logits" or ctx.received["protos"] is None:
             return out.logits.argmax(1)
         return nearest_prototype(out.z, ctx.received["protos"], ctx.received["present"])

@@ -12,6 +12,10 @@ from torch import nn
 from fedlib.errors import ConfigError
 
 PARTS = ("body", "projector", "head")
+# Tensors a method trains beside the network (FedPRP's margins, FedRoD's personal head) live in the
+# client's parameter dict under "extra.<name>": optimised by the engine like the model's parameters when
+# a phase lists "extra" among its trainable parts, private to the client unless a method shares them.
+EXTRA = "extra"
 
 
 class SplitModel(nn.Module):
@@ -129,3 +133,8 @@ def build_model(name: str | None, input_shape, num_classes: int, dataset: str | 
 
 def part_of(param_name: str) -> str:
     return param_name.split(".", 1)[0]
+
+
+def network_params(params: dict) -> dict:
+    """The entries of a parameter dict that belong to the network (no ``extra.*`` tensors)."""
+    return {k: v for k, v in params.items() if part_of(k) != EXTRA}

@@ -1,0 +1,139 @@
+"""Engine features the long-tail chapters need: trainable tensors outside the network, per-phase
+weight decay, a server-side data split, late clients, participants-only and averaged-global
+evaluation, prediction variants and own-class test splits."""
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from fedlib.data.federated import own_class_test_indices
+from fedlib.data.partition import class_counts, partition_with_server
+from fedlib.engine.client import local_update
+from fedlib.engine.core import Phase
+from fedlib.engine.loop import sample_clients
+from fedlib.experiment import build, make_config, run
+from fedlib.losses import cross_entropy
+from fedlib.methods import METHODS
+from fedlib.methods.base import Method
+
+DIGITS = dict(dataset="digits", partition={"name": "dirichlet", "alpha": 1.0, "min_size": 30}, num_clients=4,
+              rounds=2, local_epochs=1, batch_size=32, lr=0.05)
+
+
+class Margin(Method):
+    """CE plus a learned per-class offset on the logits ("extra.offset"), trained only in phase 2."""
+    name = "test_margin"
+    personalized = True
+    has_global_model = False
+    shared = ("body", "projector")
+    prediction_variants = ("shifted",)
+
+    def receive(self, ctx):
+        models = super().receive(ctx)
+        models["local"].setdefault("extra.offset", torch.zeros(ctx.num_classes))
+        return models
+
+    def local_phases(self, ctx):
+        return [Phase(trainable=("head",)), Phase(trainable=("body", "projector", "extra"), weight_decay=0.5)]
+
+    def local_loss(self, out, batch, params, ctx):
+        offset = params.get("extra.offset")
+        logits = out.logits if offset is None else out.logits + offset
+        return cross_entropy(logits, batch)
+
+    def predict(self, out, ctx, variant=None):
+        if variant == "shifted":
+            return (out.logits + ctx.model.get("extra.offset", 0)).argmax(1)
+        return out.logits.argmax(1)
+
+
+@pytest.fixture
+def margin_method(monkeypatch):
+    monkeypatch.setitem(METHODS, "test_margin", Margin)
+    return Margin
+
+
+def test_extra_tensors_train_only_in_phases_that_list_them_and_stay_private(margin_method):
+    fed = build(make_config(method="test_margin", **DIGITS))
+    task = fed.task(fed.clients[0], 0)
+    result = local_update(fed.method, task, fed.setup, fed.trainer)
+    offset = result.model["extra.offset"]
+    assert offset.abs().sum() > 0                          # trained in the second phase
+    assert "extra.offset" not in result.upload["params"]   # never uploaded
+    fed.run_round(0)
+    assert "extra.offset" in fed.clients[0].model          # kept by the client for the next round
+    start = fed.method.receive(fed.context(fed.task(fed.clients[0], 1)))["local"]["extra.offset"]
+    assert torch.equal(start, fed.clients[0].model["extra.offset"])
+
+
+def test_extra_tensors_batched_equal_sequential(margin_method):
+    fed = build(make_config(method="test_margin", executor="batched", **DIGITS))
+    tasks = [fed.task(c, 0) for c in fed.clients]
+    batched = fed.executor.run(fed.method, copy.deepcopy(tasks))
+    for task, b in zip(tasks, batched):
+        a = local_update(fed.method, task, fed.setup, fed.trainer)
+        assert max(float((a.model[k] - b.model[k]).abs().max()) for k in a.model) < 1e-5
+
+
+def test_phase_weight_decay_overrides_the_experiment():
+    w = torch.nn.Parameter(torch.ones(3))
+    from fedlib.engine.training import OptimizerSpec, make_optimizer
+
+    spec = OptimizerSpec("sgd", weight_decay=0.0).for_phase(Phase(weight_decay=0.5))
+    opt = make_optimizer(spec, [w], lr=0.1)
+    w.grad = torch.zeros(3)
+    opt.step()
+    assert torch.allclose(w.detach(), torch.full((3,), 0.95))   # w - lr * wd * w
+
+
+def test_server_split_is_balanced_and_disjoint_from_clients():
+    labels = np.repeat(np.arange(10), 100)
+    parts, held = partition_with_server(labels, 10, 5, {"name": "iid", "server": 7, "imbalance": 0.5}, 0)
+    assert np.bincount(labels[held], minlength=10).tolist() == [7] * 10
+    flat = np.concatenate(parts)
+    assert not set(flat) & set(held)
+    totals = class_counts(labels, parts, 10).sum(0)
+    assert totals[0] == 93 and totals[-1] == int(93 * 0.5)       # long tail over what the server left
+
+
+def test_server_sees_its_data_and_a_functional_forward():
+    fed = build(make_config(method="fedavg", **{**DIGITS, "partition": {"name": "iid", "server": 5}}))
+    assert fed.server.data.x.shape[0] == 50 and fed.server.data.y.bincount().tolist() == [5] * 10
+    out = fed.server.forward(fed.server.state["global"], fed.server.data.x)
+    assert out.logits.shape == (50, 10)
+
+
+def test_late_clients_join_at_their_round():
+    assert sample_clients(10, 1.0, 0, 0, late_clients=2, late_round=3) == list(range(8))
+    assert sample_clients(10, 0.5, 0, 2, late_clients=2, late_round=3) != [8, 9]
+    assert all(i < 8 for i in sample_clients(10, 0.5, 0, 2, late_clients=2, late_round=3))
+    assert sample_clients(10, 0.5, 0, 3, late_clients=2, late_round=3) == [8, 9]
+
+
+def test_participants_only_and_averaged_global_evaluation():
+    cfg = make_config(method="fedrep", fraction=0.5, eval_clients="participants", average_global=True,
+                      metrics=["fedprp"], eval_personal_global=True, **DIGITS)
+    record = run(cfg, cache_dir=None, progress=False)
+    final = record["final"]
+    assert len(record["final_confusions"]["personal_local"]) == 2          # the two clients of the last round
+    assert "a_glo" in final and "global_acc" in final                     # FedRep has no global model of its own
+    assert np.isclose(final["a_sel"], final["personal_local_acc"])
+
+
+def test_prediction_variants_are_recorded(margin_method):
+    record = run(make_config(method="test_margin", **DIGITS), cache_dir=None, progress=False)
+    final = record["final"]
+    assert "personal_local_acc@shifted" in final and 0 <= final["personal_local_acc@shifted"] <= 1
+    assert "personal_local@shifted" in record["final_confusions"]
+
+
+def test_own_class_test_split_covers_each_class_once_among_holders():
+    test_labels = np.repeat(np.arange(3), 10)
+    counts = np.array([[5, 0, 1], [3, 2, 0], [0, 0, 4]])
+    parts = own_class_test_indices(test_labels, counts, 0)
+    for i, part in enumerate(parts):
+        assert set(test_labels[part]) <= set(np.flatnonzero(counts[i]))
+    flat = np.concatenate(parts)
+    assert len(flat) == len(set(flat)) == 30                  # every test image of a held class, once
+    assert len(parts[1][test_labels[parts[1]] == 1]) == 10    # class 1 only at client 1
