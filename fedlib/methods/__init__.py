@@ -1,16 +1,22 @@
 """Method registry: name -> class. Each method states only what its paper changes."""
+from fedlib.methods.apfl import APFL
 from fedlib.methods.base import Method
+from fedlib.methods.creff import CReFF
 from fedlib.methods.ditto import Ditto
 from fedlib.methods.fedavg import FedAvg
 from fedlib.methods.fedavg_ft import FedAvgFT
 from fedlib.methods.fedbabu import FedBABU
 from fedlib.methods.fedgpa import FedGPA
+from fedlib.methods.fedic import FEDIC
 from fedlib.methods.fedpac import FedPAC
 from fedlib.methods.fedpcl import FedPCL
 from fedlib.methods.fedper import FedPer
+from fedlib.methods.fedphp import FedPHP
 from fedlib.methods.fedproto import FedProto
+from fedlib.methods.fedprp import FedPRP
 from fedlib.methods.fedprox import FedProx
 from fedlib.methods.fedrep import FedRep
+from fedlib.methods.fedrod import FedRoD
 from fedlib.methods.lg_fedavg import LGFedAvg
 from fedlib.methods.local import Local
 from fedlib.methods.moon import Moon
@@ -21,7 +27,7 @@ from fedlib.errors import ConfigError
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (
     Local, FedAvg, FedAvgFT, FedProx, Scaffold, Moon, Ditto, FedPer, LGFedAvg, FedRep, FedBABU, FedProto,
-    FedPAC, FedGPA, PFedMe, PerFedAvg, FedPCL)}
+    FedPAC, FedGPA, PFedMe, PerFedAvg, FedPCL, FedPRP, APFL, FedRoD, FedPHP, CReFF, FEDIC)}
 
 
 def make_method(name: str, **hyper) -> Method:

@@ -1,0 +1,246 @@
+"""FedPRP (Eq. 5, 8-12) and the baselines of its chapter (APFL, FedRoD, FedPHP, CReFF, FEDIC):
+each distinctive step against hand-computed values."""
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fedlib.engine.core import Batch, Out, Server
+from fedlib.errors import ConfigError
+from fedlib.experiment import build, make_config, run
+from fedlib.methods.apfl import ALPHA, V, mixed
+from fedlib.methods.creff import class_gradients, gradient_distance
+from fedlib.methods.fedic import gated_ensemble
+from fedlib.methods.fedprp import (FedPRP, consistency_loss, discrimination_loss, moving_average)
+from fedlib.methods.fedrod import P_BIAS, P_WEIGHT
+
+DIGITS = dict(dataset="digits", partition={"name": "shards", "s": 3, "imbalance": 0.5}, num_clients=4, rounds=2,
+              local_epochs=1, batch_size=32, lr=0.05)
+
+
+# ---------------------------------------------------------------------- FedPRP
+def test_eq8_moving_average_new_class_takes_the_mean_absent_class_unchanged():
+    old = torch.tensor([[1.0, 1.0], [5.0, 5.0], [0.0, 0.0]])
+    old_present = torch.tensor([True, True, False])
+    new = torch.tensor([[3.0, 3.0], [9.0, 9.0], [7.0, 7.0]])
+    new_present = torch.tensor([True, False, True])
+    protos, present = moving_average(old, old_present, new, new_present, beta=0.25)
+    assert torch.allclose(protos[0], torch.tensor([0.25 * 1 + 0.75 * 3] * 2))   # blended
+    assert torch.equal(protos[1], old[1])                                       # nobody held class 1
+    assert torch.equal(protos[2], new[2])                                       # first time: the mean
+    assert present.tolist() == [True, True, True]
+
+
+def test_eq5_and_eq8_server_averages_are_uniform_not_count_weighted():
+    method = FedPRP()
+    server = Server(num_clients=2)
+    init = {"body.w": torch.zeros(2), "head.w": torch.zeros(1)}
+    method.init_server(server, init)
+    uploads = {0: {"params": {"body.w": torch.tensor([0.0, 2.0])}, "protos": torch.tensor([[1.0], [2.0]]),
+                   "counts": torch.tensor([100, 0])},
+               1: {"params": {"body.w": torch.tensor([4.0, 6.0])}, "protos": torch.tensor([[3.0], [8.0]]),
+                   "counts": torch.tensor([1, 5])}}
+    method.aggregate(server, uploads)
+    assert torch.allclose(server.state["global"]["body.w"], torch.tensor([2.0, 4.0]))   # (0 + 4) / 2, not by size
+    assert torch.allclose(server.state["protos"], torch.tensor([[2.0], [8.0]]))         # (1 + 3) / 2; only client 1 holds class 1
+
+
+def test_eq9_discrimination_loss_by_hand():
+    z = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 2.0], [3.0, 0.0]])
+    y = torch.tensor([0, 0, 1, 1])
+    anchors = torch.tensor([[0.0, 0.0], [0.0, 1.0]])
+    eps = torch.tensor([0.5, 0.0])
+    tau = 1.0
+    d = torch.cdist(anchors, z)
+    l = -d - eps[:, None] * (y[None, :] == torch.arange(2)[:, None]).float()
+    lse = torch.logsumexp(l / tau, 1)
+    per_class = [np.mean([-(l[c, i] / tau) + lse[c] for i in range(4) if y[i] == c]) for c in range(2)]
+    expected = float(np.mean(per_class))
+    got = float(discrimination_loss(z, Batch(z, y), anchors, eps, tau))
+    assert math.isclose(got, expected, rel_tol=1e-5)
+    # padding with zero-weight samples changes nothing
+    zp, yp = torch.cat([z, z[:1]]), torch.cat([y, y[:1]])
+    padded = discrimination_loss(zp, Batch(zp, yp, torch.tensor([1.0, 1, 1, 1, 0])), anchors, eps, tau)
+    assert math.isclose(float(padded), expected, rel_tol=1e-5)
+
+
+def test_eq9_loss_falls_when_positives_move_to_their_anchor():
+    """Guards the sign: the official code's -cosine reverses it ("code_cosine")."""
+    anchors = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    y = torch.tensor([0, 1])
+    far = torch.tensor([[0.2, 0.9], [0.9, 0.2]])
+    near = torch.tensor([[0.9, 0.1], [0.1, 0.9]])
+    eps = torch.ones(2)
+    for distance in ("euclidean", "sqeuclidean", "cosine"):
+        assert discrimination_loss(near, Batch(near, y), anchors, eps, 0.07, distance) < \
+            discrimination_loss(far, Batch(far, y), anchors, eps, 0.07, distance)
+    assert discrimination_loss(near, Batch(near, y), anchors, eps, 0.07, "code_cosine") > \
+        discrimination_loss(far, Batch(far, y), anchors, eps, 0.07, "code_cosine")
+
+
+def test_eq10_consistency_loss_by_hand_and_zero_before_prototypes():
+    z = torch.tensor([[1.0, 2.0], [0.0, 0.0], [3.0, 3.0]])
+    y = torch.tensor([0, 1, 2])
+    protos = torch.tensor([[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]])
+    present = torch.tensor([True, True, False])
+    # sample 0: 1 + 4 = 5; sample 1: 2; sample 2 has no prototype but stays in the denominator
+    assert math.isclose(float(consistency_loss(z, Batch(z, y), protos, present, "sum_sq")), 7 / 3, rel_tol=1e-6)
+    assert math.isclose(float(consistency_loss(z, Batch(z, y), protos, present, "mse")), 7 / 6, rel_tol=1e-6)
+    assert float(consistency_loss(z, Batch(z, y), None, None)) == 0.0
+
+
+def test_fedprp_phases_freeze_the_other_part_and_margins_persist():
+    fed = build(make_config(method="fedprp", hyper={"head_epochs": 1, "body_epochs": 1}, **DIGITS))
+    ctx = fed.context(fed.task(fed.clients[0], 0))
+    head, body = fed.method.local_phases(ctx)
+    assert head.trainable == ("head",) and set(body.trainable) == {"body", "projector", "extra"}
+    start = {k: v.clone() for k, v in fed.method.receive(ctx)["local"].items()}
+    from fedlib.engine.client import local_update
+    result = local_update(fed.method, fed.task(fed.clients[0], 0), fed.setup, fed.trainer)
+    moved = {k for k in start if not torch.equal(start[k], result.model[k])}
+    assert {"head.weight", "body.0.0.weight", "extra.eps"} <= moved
+    eps = result.model["extra.eps"]
+    assert (eps < 1.0).any()          # dL/deps > 0: SGD shrinks the margin, as the spec notes
+    fed.run_round(0)
+    assert torch.equal(fed.method.receive(fed.context(fed.task(fed.clients[0], 1)))["local"]["extra.eps"],
+                       fed.clients[0].model["extra.eps"])
+
+
+def test_fedprp_predicts_by_prototypes_and_falls_back():
+    method = FedPRP()
+    z = torch.tensor([[0.0, 0.1], [2.0, 2.1]])
+    out = Out(z, torch.tensor([[0.0, 1.0], [1.0, 0.0]]))
+
+    class Ctx:
+        client_id, state = 3, {}
+        received = {"protos": None, "present": None}
+        model = {}
+    ctx = Ctx()
+    assert method.predict(out, ctx).tolist() == [1, 0]                 # no prototypes anywhere: classifier
+    ctx.received = {"protos": torch.tensor([[5.0, 5.0], [2.0, 2.0]]), "present": torch.tensor([True, True])}
+    assert method.predict(out, ctx).tolist() == [1, 1]                 # no own prototypes: global ones
+    ctx.state = {"protos": torch.tensor([[0.0, 0.0], [9.0, 9.0]]), "counts": torch.tensor([4, 0])}
+    assert method.predict(out, ctx).tolist() == [0, 1]                 # own class 0, global for class 1 (padding)
+    assert method.predict(out, ctx, "restricted").tolist() == [0, 0]   # only the client's classes
+    assert method.predict(out, ctx, "logits").tolist() == [1, 0]
+
+
+def test_fedprp_learns_above_chance_with_every_variant_recorded():
+    record = run(make_config(method="fedprp", hyper={"head_epochs": 1, "body_epochs": 2},
+                             metrics=["fedprp", "class_groups"], eval_personal_global=True, **DIGITS),
+                 cache_dir=None, progress=False)
+    final = record["final"]
+    assert final["a_sel"] > 0.5 and final["a_glo"] > 0.12   # chance is 0.1 on the balanced test set
+    assert {"personal_local_acc@logits", "personal_local_acc@restricted", "global_many", "global_few"} <= set(final)
+
+
+# ---------------------------------------------------------------------- APFL
+def test_apfl_loss_gives_the_papers_three_updates():
+    torch.manual_seed(0)
+    x, y = torch.randn(5, 3), torch.tensor([0, 1, 1, 0, 1])
+    w = {"head.weight": torch.randn(2, 3, requires_grad=True)}
+    v = torch.randn(2, 3, requires_grad=True)
+    alpha = torch.tensor(0.3, requires_grad=True)
+    f = lambda W: F.cross_entropy(x @ W.T, y)  # noqa: E731
+    params = {**w, V + "head.weight": v, ALPHA: alpha}
+    loss = f(w["head.weight"]) + f(mixed(alpha, params, w)["head.weight"])
+    gw, gv, ga = torch.autograd.grad(loss, [w["head.weight"], v, alpha])
+    vbar = (alpha * v + (1 - alpha) * w["head.weight"]).detach().requires_grad_(True)
+    g_bar = torch.autograd.grad(f(vbar), vbar)[0]
+    g_w = torch.autograd.grad(f(w["head.weight"]), w["head.weight"])[0]
+    assert torch.allclose(gw, g_w)                                    # w <- w - eta grad f(w)
+    assert torch.allclose(gv, alpha * g_bar)                          # v <- v - eta grad_v f(v_bar)
+    assert torch.isclose(ga, ((v - w["head.weight"]) * g_bar).sum())  # alpha <- alpha - eta <v - w, grad f(v_bar)>
+
+
+# ---------------------------------------------------------------------- FedRoD
+def test_fedrod_balanced_softmax_and_personal_head_gradients():
+    fed = build(make_config(method="fedrod", **DIGITS))
+    ctx = fed.context(fed.task(fed.clients[0], 0))
+    local = fed.method.receive(ctx)["local"]
+    assert torch.equal(local[P_WEIGHT], torch.zeros_like(local["head.weight"]))
+    z = torch.randn(4, local["head.weight"].shape[1], requires_grad=True)
+    params = {k: (v.clone().requires_grad_(True) if k in ("head.weight", P_WEIGHT, P_BIAS) else v) for k, v in local.items()}
+    logits = F.linear(z, params["head.weight"], params["head.bias"])
+    y = torch.tensor([0, 1, 2, 2])
+    loss = fed.method.local_loss(Out(z, logits), Batch(None, y), params, ctx)
+    prior = ctx.counts / ctx.counts.sum()
+    expected = F.cross_entropy(logits + torch.log(prior.clamp_min(1e-8)), y) + F.cross_entropy(logits, y)  # P = 0
+    assert torch.isclose(loss, expected)
+    # the personal term reaches only the personal head
+    personal = fed.method.local_loss(Out(z, logits), Batch(None, y), params, ctx) - \
+        F.cross_entropy(logits + torch.log(prior.clamp_min(1e-8)), y)
+    g_head, g_p, g_z = torch.autograd.grad(personal, [params["head.weight"], params[P_WEIGHT], z])
+    assert g_head.abs().sum() == 0 and g_z.abs().sum() == 0 and g_p.abs().sum() > 0
+
+
+# ---------------------------------------------------------------------- FedPHP
+def test_fedphp_moving_average_with_growing_mu_and_kd_by_hand():
+    fed = build(make_config(method="fedphp", hyper={"ramp": 4}, **DIGITS))
+    from fedlib.engine.client import local_update
+    task = fed.task(fed.clients[1], 0)
+    hpm0 = {k: v.clone() for k, v in task.state["hpm"].items()}
+    result = local_update(fed.method, task, fed.setup, fed.trainer)
+    # first participation: mu = 0, the HPM becomes the local model
+    assert all(torch.equal(result.state["hpm"][k], result.model[k]) for k in hpm0)
+    task.state["participations"] = torch.tensor(2)                  # mu = 0.9 * 2 / 4 = 0.45
+    before = {k: v.clone() for k, v in task.state["hpm"].items()}
+    result = local_update(fed.method, fed.task(fed.clients[1], 1), fed.setup, fed.trainer)
+    k = "head.bias"
+    assert torch.allclose(result.state["hpm"][k], 0.45 * before[k] + 0.55 * result.model[k], atol=1e-6)
+    # KD term: teacher softmax at T on the teacher only
+    logits, teacher = torch.tensor([[1.0, 0.0]]), torch.tensor([[0.0, 4.0]])
+    p = F.softmax(teacher / 4.0, 1)
+    kd = -(p * F.log_softmax(logits, 1)).sum()
+    assert math.isclose(float(kd), -(p[0, 0] * math.log(math.exp(1) / (math.exp(1) + 1))
+                                     + p[0, 1] * math.log(1 / (math.exp(1) + 1))), rel_tol=1e-6)
+
+
+# ---------------------------------------------------------------------- CReFF
+def test_creff_class_gradients_equal_autograd_and_matching_distance():
+    torch.manual_seed(1)
+    z, y = torch.randn(7, 4), torch.tensor([0, 0, 2, 2, 2, 1, 0])
+    W, b = torch.randn(3, 4, requires_grad=True), torch.randn(3, requires_grad=True)
+    gW, gb, has = class_gradients(z, y, W.detach(), b.detach(), 3)
+    for c in range(3):
+        loss = F.cross_entropy(z[y == c] @ W.T + b, y[y == c])
+        aW, ab = torch.autograd.grad(loss, [W, b])
+        assert torch.allclose(gW[c], aW, atol=1e-6) and torch.allclose(gb[c], ab, atol=1e-6)
+    assert has.all()
+    a = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    assert math.isclose(float(gradient_distance(a, torch.tensor([[1.0, 0.0], [1.0, 0.0]]))), 1.0, abs_tol=1e-6)
+
+
+def test_creff_server_step_reduces_the_gradient_distance_and_retrains_the_classifier():
+    fed = build(make_config(method="creff", hyper={"match_epochs": 30, "crt_epochs": 2}, **DIGITS))
+    head_before = {k: v.clone() for k, v in fed.server.state["syn_head"].items()}
+    features_before = fed.server.state["features"].clone()
+    fed.run_round(0)
+    assert not torch.equal(fed.server.state["features"], features_before)
+    assert not torch.equal(fed.server.state["syn_head"]["head.weight"], head_before["head.weight"])
+    assert torch.equal(fed.method.global_params(fed.server)["head.weight"], fed.server.state["syn_head"]["head.weight"])
+    assert not torch.equal(fed.method.broadcast(fed.server, 0)["params"]["head.weight"],
+                           fed.server.state["syn_head"]["head.weight"])   # clients train from FedAvg's head
+
+
+# ---------------------------------------------------------------------- FEDIC
+def test_fedic_gated_ensemble_by_hand():
+    K, d = 2, 3
+    gate = {"scale": torch.zeros(K, 1), "bias": torch.zeros(1), "logit_scale": torch.tensor([2.0, 1.0]),
+            "logit_bias": torch.tensor([0.0, 1.0]), "gate_w": torch.zeros(d, 1), "gate_b": torch.zeros(1)}
+    logits = torch.tensor([[[1.0, 3.0]], [[3.0, 1.0]]])            # 2 clients, 1 sample
+    feats = torch.zeros(2, 1, d)
+    calibrated = torch.tensor([[0.0, 0.0]])
+    # equal client weights (sigmoid(0) normalised): mean logits (2, 2); adjusted (4, 3); gate 0.5
+    assert torch.allclose(gated_ensemble(gate, feats, logits, calibrated), torch.tensor([[2.0, 1.5]]))
+
+
+def test_fedic_needs_a_server_set_and_changes_the_global_model():
+    with pytest.raises(ConfigError, match="server"):
+        build(make_config(method="fedic", **DIGITS))
+    spec = {**DIGITS["partition"], "server": 10}
+    cfg = make_config(method="fedic", hyper={"server_steps": 3, "distill_steps": 3}, **{**DIGITS, "partition": spec})
+    record = run(cfg, cache_dir=None, progress=False)
+    assert record["final"]["global_acc"] > 0.1
