@@ -137,3 +137,10 @@ def test_own_class_test_split_covers_each_class_once_among_holders():
     flat = np.concatenate(parts)
     assert len(flat) == len(set(flat)) == 30                  # every test image of a held class, once
     assert len(parts[1][test_labels[parts[1]] == 1]) == 10    # class 1 only at client 1
+
+
+def test_per_class_cap_applies_before_the_long_tail():
+    labels = np.repeat(np.arange(4), 50)
+    parts, _ = partition_with_server(labels, 4, 2, {"name": "iid", "per_class": 20, "imbalance": 0.5}, 0)
+    totals = class_counts(labels, parts, 4).sum(0)
+    assert totals[0] == 20 and totals[-1] == 10 and list(totals) == sorted(totals, reverse=True)

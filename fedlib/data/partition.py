@@ -207,7 +207,8 @@ PARTITIONERS: dict[str, Partitioner] = {
 }
 COMMON_PARAMS = {"imbalance": "global long-tail ratio gamma in (0, 1] applied first (FedPRP)",
                  "test_fraction": "local test size / local train size (0.25)",
-                 "server": "training samples per class held out, balanced, for the server (FEDIC; 0)"}
+                 "server": "training samples per class held out, balanced, for the server (FEDIC; 0)",
+                 "per_class": "keep at most this many training samples per class before the long tail (smaller runs)"}
 
 
 def server_split(labels: np.ndarray, per_class: int, rng: np.random.Generator) -> np.ndarray:
@@ -246,6 +247,10 @@ def partition_with_server(labels: np.ndarray, num_classes: int, num_clients: int
     if per_class:
         held = server_split(labels, per_class, rng)
         pool = np.setdiff1d(pool, held)
+    cap = spec.pop("per_class", None)
+    if cap is not None:
+        check(isinstance(cap, (int, np.integer)) and cap >= 1, "per_class", cap, "a positive number of samples per class")
+        pool = np.sort(np.concatenate([rng.permutation(pool[labels[pool] == c])[:cap] for c in np.unique(labels[pool])]))
     imbalance = spec.pop("imbalance", None)
     if imbalance is not None:
         pool = pool[long_tail(labels[pool], rng, imbalance)]

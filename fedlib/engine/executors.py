@@ -83,7 +83,26 @@ class BatchedExecutor(SequentialExecutor):
 _WORKER: dict = {}
 
 
+def worker_process_setup() -> None:
+    """In a worker process: leave Ctrl-C to the parent (it shuts the pool down; a kernel's shutdown
+    interrupts its whole process group) and exit if the parent dies."""
+    import signal
+    import threading
+    import time
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def _init_worker(model, x, y, batch_size, optimizer):
+    worker_process_setup()
     torch.set_num_threads(1)
     # tensors arrive in shared memory: a private copy keeps the workers from training one storage
     _WORKER["trainer"] = Trainer(copy.deepcopy(model), x, y, batch_size, optimizer)

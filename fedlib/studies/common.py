@@ -35,6 +35,9 @@ def _single_thread():
 
     import torch
 
+    from fedlib.engine.executors import worker_process_setup
+
+    worker_process_setup()
     os.environ["TQDM_DISABLE"] = "1"
     torch.set_num_threads(1)
 

@@ -1,0 +1,204 @@
+"""The FedPRP chapter's experiments: long-tailed FMNIST and MNIST (FMNIST-LT is the analogue of the
+paper's CIFAR-10-LT, MNIST-LT a second 10-class column), the paper's protocol and reported numbers.
+
+Paper numbers are transcribed from Guo et al. (IEEE TNNLS 2024), Tables I-III, V, VII, VIII, CIFAR-10
+columns, as the spec ../shared/specs/fedprp.md reads them (Table V's last column and Table VIII are
+reconstructed there from a garbled extraction). CIFAR-100 and Tiny-ImageNet columns have no offline
+analogue: no 100- or 200-class dataset is available without a download.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from fedlib.errors import check
+from fedlib.experiment import Config, make_config
+from fedlib.studies.common import (RUNTIME, Claim, fmt, mean_std, run_all, set_runtime,  # noqa: F401
+                                   with_seeds)
+
+METHODS = ["apfl", "fedrep", "fedprox", "fedproto", "fedrod", "fedphp", "fedavg", "fedic", "creff", "fedprp"]
+LABELS = {"apfl": "APFL", "fedrep": "FedRep", "fedprox": "FedProx", "fedproto": "FedProto", "fedrod": "FedRoD",
+          "fedphp": "FedPHP", "fedavg": "FedAvg", "fedic": "FEDIC", "creff": "CReFF", "fedprp": "FedPRP"}
+DATASETS = {"fmnist": "FMNIST-LT (for CIFAR-10-LT)", "mnist": "MNIST-LT"}
+
+# Table I: A_loc (%), Sharding, CIFAR-10: (s, gamma) -> method -> value
+PAPER_T1 = {
+    (4, 0.1): {"apfl": 46.11, "fedrep": 46.87, "fedprox": 52.87, "fedproto": 49.84, "fedrod": 45.97, "fedphp": 48.38,
+               "fedavg": 43.03, "fedic": 60.11, "creff": 47.56, "fedprp": 74.28},
+    (4, 0.5): {"apfl": 54.74, "fedrep": 58.44, "fedprox": 61.47, "fedproto": 58.54, "fedrod": 59.85, "fedphp": 56.94,
+               "fedavg": 53.08, "fedic": 61.29, "creff": 56.88, "fedprp": 81.07},
+    (4, 1.0): {"apfl": 54.93, "fedrep": 63.44, "fedprox": 63.48, "fedproto": 62.57, "fedrod": 64.99, "fedphp": 61.44,
+               "fedavg": 56.90, "fedic": 60.94, "creff": 60.24, "fedprp": 83.74},
+    (5, 0.1): {"apfl": 48.54, "fedrep": 50.51, "fedprox": 51.78, "fedproto": 45.19, "fedrod": 47.30, "fedphp": 48.27,
+               "fedavg": 44.79, "fedic": 60.84, "creff": 49.40, "fedprp": 70.74},
+    (5, 0.5): {"apfl": 62.17, "fedrep": 61.57, "fedprox": 67.35, "fedproto": 52.81, "fedrod": 60.75, "fedphp": 64.01,
+               "fedavg": 56.89, "fedic": 60.52, "creff": 61.58, "fedprp": 79.73},
+    (5, 1.0): {"apfl": 63.54, "fedrep": 68.65, "fedprox": 69.41, "fedproto": 56.04, "fedrod": 64.78, "fedphp": 68.28,
+               "fedavg": 62.11, "fedic": 64.05, "creff": 64.94, "fedprp": 82.58},
+}
+# Table II: A_glo (%), Dirichlet, CIFAR-10: (alpha, gamma) -> method -> value
+PAPER_T2 = {
+    (0.4, 0.1): {"apfl": 43.27, "fedrep": 44.48, "fedprox": 43.26, "fedproto": 32.33, "fedrod": 51.60, "fedphp": 49.51,
+                 "fedavg": 43.44, "fedic": 57.01, "creff": 53.75, "fedprp": 60.71},
+    (0.4, 0.5): {"apfl": 57.51, "fedrep": 56.10, "fedprox": 56.21, "fedproto": 34.63, "fedrod": 60.79, "fedphp": 53.71,
+                 "fedavg": 55.57, "fedic": 59.02, "creff": 61.79, "fedprp": 66.82},
+    (0.4, 1.0): {"apfl": 63.30, "fedrep": 63.27, "fedprox": 62.83, "fedproto": 34.16, "fedrod": 65.07, "fedphp": 64.42,
+                 "fedavg": 63.02, "fedic": 59.16, "creff": 65.94, "fedprp": 71.94},
+    (0.05, 0.1): {"apfl": 47.43, "fedrep": 39.01, "fedprox": 38.23, "fedproto": 47.78, "fedrod": 47.89, "fedphp": 43.67,
+                  "fedavg": 38.19, "fedic": 58.99, "creff": 49.51, "fedprp": 74.39},
+}
+# Table V: A_sel (%), Dirichlet, CIFAR-10 (no FedRoD / FedPHP rows)
+PAPER_T5 = {
+    (0.4, 0.1): {"apfl": 43.31, "fedrep": 42.44, "fedprox": 42.92, "fedproto": 37.78, "fedavg": 42.35, "fedic": 60.26,
+                 "creff": 52.55, "fedprp": 60.65},
+    (0.4, 0.5): {"apfl": 45.29, "fedrep": 50.09, "fedprox": 55.64, "fedproto": 37.84, "fedavg": 49.63, "fedic": 60.07,
+                 "creff": 56.03, "fedprp": 67.04},
+    (0.05, 0.1): {"apfl": 54.28, "fedrep": 57.14, "fedprox": 53.68, "fedproto": 54.07, "fedavg": 59.38, "fedic": 66.02,
+                  "creff": 64.78, "fedprp": 74.66},
+}
+# Table III: A_glo (%), CIFAR-10, gamma = 0.05, 20 clients / 8 per round: partition -> method -> (All, Many, Medium, Few, Average)
+PAPER_T3 = {
+    "shards": {"apfl": (45.62, 40.93, 36.68, 35.71, 37.77), "fedrep": (50.77, 46.77, 38.83, 39.94, 41.85),
+               "fedprox": (47.59, 41.42, 37.95, 37.85, 39.07), "fedproto": (65.41, 54.94, 59.03, 46.13, 53.37),
+               "fedavg": (46.19, 40.81, 37.62, 36.26, 38.23), "fedic": (63.94, 44.48, 44.63, 64.57, 51.23),
+               "creff": (56.53, 47.11, 48.52, 43.63, 46.42), "fedprp": (74.23, 56.09, 64.01, 59.83, 59.98)},
+    "dirichlet": {"apfl": (49.65, 91.08, 47.14, 25.83, 54.68), "fedrep": (50.02, 91.37, 48.55, 25.16, 55.03),
+                  "fedprox": (50.22, 90.44, 48.38, 25.88, 54.90), "fedproto": (48.36, 73.41, 41.18, 18.79, 44.46),
+                  "fedavg": (50.55, 91.14, 48.33, 24.70, 54.72), "fedic": (61.99, 69.36, 45.15, 45.43, 53.31),
+                  "creff": (63.86, 90.63, 54.67, 31.74, 59.01), "fedprp": (66.26, 91.48, 55.74, 34.09, 60.44)},
+}
+# Table VII: 10 new clients after one round, CIFAR-10 s=5 gamma=0.5: method -> (A_loc, A_glo)
+PAPER_T7 = {"apfl": (58.63, 62.46), "fedrep": (59.63, 58.90), "fedprox": (66.36, 65.36), "fedproto": (45.42, 45.84),
+            "fedavg": (64.43, 63.68), "fedic": (60.76, 60.07), "creff": (61.66, 61.88), "fedprp": (77.89, 78.43)}
+# Table VIII: ablation, CIFAR-10 s=5 gamma=0.5: row -> (use_id, use_ic, A_loc, A_glo); the full row as the
+# spec reconstructs it (79.73 = Table I; A_glo unreadable in the extraction)
+PAPER_T8 = {"baseline (CE only)": (False, False, 60.95, 60.83), "w/o L_ID": (False, True, 79.21, 78.23),
+            "w/o L_IC": (True, False, 73.54, 72.83), "FedPRP": (True, True, 79.73, None)}
+PAPER_BETA = "Fig. 7: beta = 0.9 above beta = 0.1 (CIFAR-100 Many +6.89)"
+
+SCALES = {
+    # clients, per-round fraction, per-class cap before the long tail, rounds, FedPRP s + t epochs,
+    # evaluation cadence, number of evaluations averaged (the paper: last 10 rounds)
+    "ci": dict(clients=10, fraction=0.4, per_class=100, rounds=2, head=1, body=1, eval_every=1, last=1,
+               seeds=[0], sweep_seeds=[0], new_clients=2, datasets=["fmnist", "mnist"], gammas=[0.1],
+               creff={"match_epochs": 5, "crt_epochs": 3}, fedic={"server_steps": 5, "distill_steps": 5}),
+    "book": dict(clients=20, fraction=0.4, per_class=250, rounds=6, head=1, body=2, eval_every=3, last=1,
+                 seeds=[0, 1], sweep_seeds=[0], new_clients=4, datasets=["fmnist", "mnist"], gammas=[0.1],
+                 creff={"match_epochs": 20, "crt_epochs": 10},
+                 fedic={"server_steps": 10, "distill_steps": 10, "batch_unlabeled": 32}),
+    "paper": dict(clients=100, fraction=0.1, per_class=None, rounds=100, head=5, body=25, eval_every=1, last=10,
+                  seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], new_clients=10, datasets=["fmnist", "mnist"],
+                  gammas=[0.1, 0.5, 1.0], creff={}, fedic={}),
+}
+SERVER_PER_CLASS = {"ci": 10, "book": 20, "paper": 100}
+# the second dataset is a check on the first: fewer seeds below paper scale
+DATASET_SEEDS = {"ci": {"fmnist": [0], "mnist": [0]}, "book": {"fmnist": [0, 1], "mnist": [0]},
+                 "paper": {"fmnist": [0, 1, 2], "mnist": [0, 1, 2]}}   # FEDIC's auxiliary set (the official code: 1,000 of 50,000)
+METRICS = ["fedprp", "class_groups", "own_classes"]
+
+
+def scale_info(scale: str) -> dict:
+    check(scale in SCALES, "scale", scale, f"one of {', '.join(SCALES)}")
+    return SCALES[scale]
+
+
+def partition(kind: str, gamma: float, scale: str, value=None, method: str | None = None) -> dict:
+    """Shards with s classes per client, or Dirichlet label skew, after a global long tail gamma."""
+    sc = scale_info(scale)
+    spec = {"name": "shards", "s": value or 4} if kind == "shards" else \
+        {"name": "dirichlet", "alpha": value or 0.4, "min_size": 2}
+    spec["imbalance"] = gamma
+    if sc["per_class"]:
+        spec["per_class"] = sc["per_class"]
+    if method == "fedic":
+        spec["server"] = SERVER_PER_CLASS[scale]
+    return spec
+
+
+def config(method: str, dataset: str, kind: str, gamma: float, scale: str, seed: int = 0, value=None,
+           hyper: dict | None = None, late: bool = False, clients: int | None = None, fraction: float | None = None) -> Config:
+    """FedPRP Section V-A: SGD lr 0.01 (momentum 0.5, weight decay 1e-4: the official code), batch 32,
+    t + s local epochs for every method; personalized metrics over the round's participants."""
+    sc = scale_info(scale)
+    epochs = sc["head"] + sc["body"]
+    hp = {"fedprp": {"head_epochs": sc["head"], "body_epochs": sc["body"]},
+          "fedrep": {"head_epochs": sc["head"], "body_epochs": sc["body"]},
+          "fedphp": {"ramp": max(1.0, (fraction or sc["fraction"]) * sc["rounds"])},
+          "creff": dict(sc["creff"]), "fedic": dict(sc["fedic"])}.get(method, {})
+    hp.update(hyper or {})
+    num_clients = clients or sc["clients"]
+    extra = dict(late_clients=sc["new_clients"], late_round=sc["rounds"] - 1) if late else {}
+    if late:
+        num_clients += sc["new_clients"]
+    return make_config(method=method, dataset=dataset, partition=partition(kind, gamma, scale, value, method),
+                       num_clients=num_clients, fraction=fraction or sc["fraction"], rounds=sc["rounds"],
+                       local_epochs=epochs, batch_size=32, lr=0.01, momentum=0.5, weight_decay=1e-4,
+                       eval_every=sc["eval_every"], hyper=hp, seed=seed, metrics=list(METRICS),
+                       eval_personal_global=True, eval_clients="participants", average_global=True,
+                       global_test_size=2000 if scale != "paper" else None, device=RUNTIME["device"],
+                       executor=RUNTIME["executor"], **extra)
+
+
+def last(records: list[dict], metric: str, scale: str) -> tuple[float, float, int]:
+    """(mean, std, seeds) of the mean of the last evaluations of ``metric`` (the paper: last 10 rounds)."""
+    from fedlib.experiment import summarize_runs
+
+    return summarize_runs(records, metrics=(metric,), last=scale_info(scale)["last"])[metric]
+
+
+# ---------------------------------------------------------------------- claims of the paper
+def verdicts(table1: dict, table2: dict, table5: dict, table3: dict | None, ablation: dict | None,
+             new_clients: dict | None, beta: dict | None, scale: str) -> list[Claim]:
+    """Each claim of FedPRP's Section V, checked on this chapter's runs. ``table1``: {method: records}
+    (shards), ``table2``/``table5``: {method: records} (Dirichlet), ``table3``: {partition: {method:
+    records}}, ``ablation``: {row: records}, ``new_clients``: {method: (A_loc, A_glo)} after their first
+    round, ``beta``: {beta: records}."""
+    val = lambda recs, metric: 100 * last(recs, metric, scale)[0]  # noqa: E731
+    claims = []
+    for name, table, metric, paper in (("A_loc under sharding (Table I)", table1, "a_loc", "74.28 vs FEDIC 60.11 (s=4, gamma=0.1)"),
+                                       ("A_glo under Dirichlet skew (Table II)", table2, "a_glo", "60.71 vs FEDIC 57.01 (alpha=0.4, gamma=0.1)"),
+                                       ("A_sel under Dirichlet skew (Table V)", table5, "a_sel", "60.65 vs FEDIC 60.26 (alpha=0.4, gamma=0.1)")):
+        scores = {m: val(r, metric) for m, r in table.items()}
+        best = max(scores, key=scores.get)
+        runner = max((m for m in scores if m != "fedprp"), key=scores.get)
+        claims.append(Claim(f"FedPRP has the best {name}", paper,
+                            f"FedPRP {scores['fedprp']:.2f}; best other {LABELS[runner]} {scores[runner]:.2f}",
+                            best == "fedprp"))
+    if "fedprp" in table1 and "personal_own_acc@restricted" in table1["fedprp"][0]["final"]:
+        code = val(table1["fedprp"], "personal_own_acc@restricted")
+        text = val(table1["fedprp"], "a_loc")
+        claims.append(Claim("the size of Table I's A_loc comes from the official code's protocol (own-class test "
+                            "images, prediction among the client's classes), not the balanced test of the text",
+                            "FedPRP 74-84% on CIFAR-10 with 4-5 classes per client",
+                            f"FedPRP A_loc {text:.2f} on the balanced test vs {code:.2f} under the code's protocol",
+                            code > text + 10, "holds here means: the code's protocol adds more than 10 points"))
+    if table3:
+        for part, by_method in table3.items():
+            groups = {m: (val(r, "a_glo"), val(r, "global_few")) for m, r in by_method.items()}
+            best_all = max(groups, key=lambda m: groups[m][0])
+            claims.append(Claim(f"FedPRP has the best overall A_glo on the long tail, {part} (Table III)",
+                                f"{part}: FedPRP {PAPER_T3[part]['fedprp'][0]} vs best other "
+                                f"{max(v[0] for k, v in PAPER_T3[part].items() if k != 'fedprp')}",
+                                f"FedPRP {groups['fedprp'][0]:.2f} (Few {groups['fedprp'][1]:.2f}); best "
+                                f"{LABELS[best_all]} {groups[best_all][0]:.2f}", best_all == "fedprp"))
+    if ablation:
+        v = {row: (val(r, "a_loc"), val(r, "a_glo")) for row, r in ablation.items()}
+        full = v["FedPRP"]
+        ok = all(full[0] > v[row][0] for row in v if row != "FedPRP")
+        claims.append(Claim("both new terms help: FedPRP beats CE only, w/o L_ID and w/o L_IC (Table VIII)",
+                            "A_loc 79.73 vs 60.95 / 79.21 / 73.54",
+                            "A_loc " + " / ".join(f"{row} {a:.2f}" for row, (a, _) in v.items()), ok))
+    if new_clients:
+        best_loc = max(new_clients, key=lambda m: new_clients[m][0])
+        claims.append(Claim("new clients do best with FedPRP after one round (Table VII)",
+                            "A_loc 77.89 vs FedProx 66.36",
+                            f"FedPRP {new_clients['fedprp'][0]:.2f}; best {LABELS[best_loc]} {new_clients[best_loc][0]:.2f}",
+                            best_loc == "fedprp"))
+    if beta and 0.1 in beta and 0.9 in beta:
+        b = {k: val(r, "a_glo") for k, r in beta.items()}
+        claims.append(Claim("a slow prototype average (beta = 0.9) beats a fast one (beta = 0.1) (Fig. 7)", PAPER_BETA,
+                            " / ".join(f"beta={k}: {x:.2f}" for k, x in sorted(b.items())), b[0.9] > b[0.1]))
+    return claims
+
+
+def time_per_round(records: list[dict]) -> float:
+    return float(np.mean([r["wall_time_s"] / r["config"]["rounds"] for r in records]))
