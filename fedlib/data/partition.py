@@ -208,7 +208,8 @@ PARTITIONERS: dict[str, Partitioner] = {
 COMMON_PARAMS = {"imbalance": "global long-tail ratio gamma in (0, 1] applied first (FedPRP)",
                  "test_fraction": "local test size / local train size (0.25)",
                  "server": "training samples per class held out, balanced, for the server (FEDIC; 0)",
-                 "per_class": "keep at most this many training samples per class before the long tail (smaller runs)"}
+                 "per_class": "keep at most this many training samples per class before the long tail (smaller runs)",
+                 "repeat": "ratio r in [0, 1): r of the clients get r of their samples replaced by copies of one of them (FedMate Fig. 5)"}
 
 
 def server_split(labels: np.ndarray, per_class: int, rng: np.random.Generator) -> np.ndarray:
@@ -240,6 +241,8 @@ def partition_with_server(labels: np.ndarray, num_classes: int, num_clients: int
     check(num_clients <= len(labels), "num_clients", num_clients,
           f"at most the number of training samples ({len(labels)})")
     spec.pop("test_fraction", None)
+    repeat = spec.pop("repeat", 0)
+    check(isinstance(repeat, (int, float)) and 0 <= repeat < 1, "repeat", repeat, "a ratio in [0, 1)")
     rng = np.random.default_rng(seed)
     pool = np.arange(len(labels))
     held = np.zeros(0, dtype=np.int64)
@@ -274,7 +277,24 @@ def partition_with_server(labels: np.ndarray, num_classes: int, num_clients: int
     parts = [pool[p] for p in parts]
     empty = [i for i, p in enumerate(parts) if len(p) == 0]
     check(not empty, "num_clients", num_clients, f"a number that leaves no client empty (clients {empty[:5]} got no data)")
+    if repeat:
+        parts = repeated(parts, repeat, rng)
     return parts, held
+
+
+def repeated(parts: list[np.ndarray], ratio: float, rng: np.random.Generator) -> list[np.ndarray]:
+    """FedMate Fig. 5 (repeat ratio): in round(ratio * m) clients, round(ratio * n_i) of the client's
+    samples are replaced by copies of one of its samples (on purpose, a client then holds repeats)."""
+    parts = [p.copy() for p in parts]
+    for i in rng.choice(len(parts), size=int(round(ratio * len(parts))), replace=False):
+        p = parts[i]
+        k = int(round(ratio * len(p)))
+        if k and len(p) > 1:
+            source = rng.integers(len(p))
+            others = np.delete(np.arange(len(p)), source)
+            p[rng.choice(others, size=min(k, len(others)), replace=False)] = p[source]   # k + 1 copies of one sample
+            parts[i] = np.sort(p)
+    return parts
 
 
 def local_test_indices(test_labels: np.ndarray, train_counts: np.ndarray, fraction: float,

@@ -6,8 +6,10 @@ from fedlib.methods.ditto import Ditto
 from fedlib.methods.fedavg import FedAvg
 from fedlib.methods.fedavg_ft import FedAvgFT
 from fedlib.methods.fedbabu import FedBABU
+from fedlib.methods.fedfa import FedFA
 from fedlib.methods.fedgpa import FedGPA
 from fedlib.methods.fedic import FEDIC
+from fedlib.methods.fedmate import FedMate
 from fedlib.methods.fedpac import FedPAC
 from fedlib.methods.fedpcl import FedPCL
 from fedlib.methods.fedper import FedPer
@@ -27,7 +29,7 @@ from fedlib.errors import ConfigError
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (
     Local, FedAvg, FedAvgFT, FedProx, Scaffold, Moon, Ditto, FedPer, LGFedAvg, FedRep, FedBABU, FedProto,
-    FedPAC, FedGPA, PFedMe, PerFedAvg, FedPCL, FedPRP, APFL, FedRoD, FedPHP, CReFF, FEDIC)}
+    FedPAC, FedGPA, PFedMe, PerFedAvg, FedPCL, FedPRP, APFL, FedRoD, FedPHP, CReFF, FEDIC, FedMate, FedFA)}
 
 
 def make_method(name: str, **hyper) -> Method:
