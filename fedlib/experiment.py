@@ -57,6 +57,7 @@ class Config:
     average_global: bool = False   # evaluate an average of the client models where a method has no global one
     late_clients: int = 0          # the last late_clients clients join at round late_round (FedPRP Table VII)
     late_round: int = 0
+    eval_finetune_epochs: int = 0  # evaluate methods without personal models after this much local fine-tuning
     executor: str = "sequential"   # sequential | process | batched: how a round's clients are trained
     workers: int | None = None     # worker processes of the "process" executor (default: CPU count)
 
@@ -91,7 +92,7 @@ class Config:
 FIELDS = {f.name for f in dataclasses.fields(Config)}
 # fields whose default leaves results as they were before the field existed: omitted from the key then
 OFF_BY_DEFAULT = {"data_options": {}, "backbones": None, "metrics": [], "eval_clients": "all", "average_global": False,
-                  "late_clients": 0, "late_round": 0}
+                  "late_clients": 0, "late_round": 0, "eval_finetune_epochs": 0}
 
 
 def make_config(**kwargs) -> Config:
@@ -141,6 +142,8 @@ def validate(cfg: Config) -> None:
           cfg.backbone_input, "an input size of at least 16 pixels")
     check(isinstance(cfg.metrics, (list, tuple)), "metrics", cfg.metrics, "a list of metric set names")
     check(cfg.eval_clients in ("all", "participants"), "eval_clients", cfg.eval_clients, "'all' or 'participants'")
+    check(isinstance(cfg.eval_finetune_epochs, (int, np.integer)) and cfg.eval_finetune_epochs >= 0,
+          "eval_finetune_epochs", cfg.eval_finetune_epochs, "a non-negative number of epochs")
     check(isinstance(cfg.late_clients, (int, np.integer)) and 0 <= cfg.late_clients < cfg.num_clients, "late_clients",
           cfg.late_clients, f"a number of clients in [0, num_clients={cfg.num_clients})")
     if cfg.late_clients:
@@ -213,6 +216,7 @@ def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = ""):
                       metrics=cfg.metric_sets(), global_test_size=cfg.global_test_size, executor=cfg.executor,
                       eval_clients=cfg.eval_clients, average_global=cfg.average_global,
                       late_clients=cfg.late_clients, late_round=cfg.late_round,
+                      eval_finetune_epochs=cfg.eval_finetune_epochs,
                       executor_options={"workers": cfg.workers}, checkpoint=checkpoint, progress=progress, desc=desc)
 
 

@@ -144,3 +144,23 @@ def test_per_class_cap_applies_before_the_long_tail():
     parts, _ = partition_with_server(labels, 4, 2, {"name": "iid", "per_class": 20, "imbalance": 0.5}, 0)
     totals = class_counts(labels, parts, 4).sum(0)
     assert totals[0] == 20 and totals[-1] == 10 and list(totals) == sorted(totals, reverse=True)
+
+
+def test_evaluation_fine_tuning_of_a_global_method_equals_fedavg_ft():
+    plain = run(make_config(method="fedavg", eval_finetune_epochs=1, **DIGITS), cache_dir=None, progress=False)
+    ft = run(make_config(method="fedavg_ft", hyper={"finetune_epochs": 1}, **DIGITS), cache_dir=None, progress=False)
+    for key in ("global_acc", "personal_local_acc", "personal_local_i_local"):
+        assert plain["final"][key] == ft["final"][key], key
+    untuned = run(make_config(method="fedavg", **DIGITS), cache_dir=None, progress=False)
+    assert untuned["final"]["global_acc"] == plain["final"]["global_acc"]
+
+
+def test_forward_from_encoder_outputs_matches_the_full_forward():
+    fed = build(make_config(method="fedavg", **DIGITS))
+    params = fed.server.state["global"]
+    x = fed.trainer.x[:20]
+    full = fed.trainer.features(params, x)
+    part = fed.server.forward_from(params, full.h)
+    assert full.h is not None and full.h.shape[0] == 20
+    torch.testing.assert_close(part.z, full.z, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(part.logits, full.logits, rtol=1e-5, atol=1e-6)

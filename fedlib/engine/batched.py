@@ -218,8 +218,8 @@ class BatchedTrainer:
             it = iter(ctx_tensors)
             received, state, counts = tree_unflatten([next(it) if c is _TENSOR else c for c in consts], spec)
             ctx = dataclasses.replace(template, received=received, state=state, counts=counts)
-            z, logits = functional_call(model, network_params({**fp, **tp}), (x,), {"with_features": True})
-            return loss_fn(Out(z, logits), Batch(x, y, wt), tp, ctx)
+            out = Out(*functional_call(model, network_params({**fp, **tp}), (x,), {"with_features": True}))
+            return loss_fn(out, Batch(x, y, wt), tp, ctx)
 
         step_fn = vmap(grad_and_value(client_loss), in_dims=(0, frozen_dims, 0, 0, 0, ctx_dims), randomness="different")
         opt = FunctionalOptimizer(self.optimizer.for_phase(phase), lr)

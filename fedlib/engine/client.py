@@ -104,15 +104,16 @@ class Adaptation:
     """A method seen through its evaluation-time adaptation (FedAvg-FT, FedBABU, Per-FedAvg): start
     from the model the client would use, run ``finetune_phase``, upload nothing, keep nothing."""
 
-    def __init__(self, method):
+    def __init__(self, method, phase=None):
         self.method = method
+        self.phase = phase or method.finetune_phase()
         self.name = f"{method.name} (adaptation)"
 
     def receive(self, ctx):
         return {"local": self.method.eval_params(ctx)}
 
     def local_phases(self, ctx):
-        return [self.method.finetune_phase()]
+        return [self.phase]
 
     def local_loss(self, out, batch, params, ctx):
         return self.method.local_loss(out, batch, params, ctx)

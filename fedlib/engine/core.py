@@ -31,6 +31,7 @@ class Batch(NamedTuple):
 class Out(NamedTuple):
     z: torch.Tensor       # features (projector output): the prototype space
     logits: torch.Tensor
+    h: torch.Tensor | None = None   # the body's (encoder's) output, before the projector
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,7 @@ class Server:
     # server-side computation (CReFF, FEDIC): a functional forward of the model and, when the partition
     # holds samples out for the server ("server" > 0), that auxiliary data; never any client's data
     forward: Callable[[Params, torch.Tensor], Out] | None = None
+    forward_from: Callable[[Params, torch.Tensor], Out] | None = None   # from encoder outputs h (projector, head)
     data: Batch | None = None
     seed: int = 0
 

@@ -155,11 +155,19 @@ class Evaluator:
     communicated. A method's ``prediction_variants`` add families "<family>@<variant>"."""
 
     def __init__(self, federation, metric_sets: list[MetricSet], participants_only: bool = False,
-                 average_global: bool = False):
+                 average_global: bool = False, finetune_epochs: int = 0):
         self.fed = federation
         self.sets = metric_sets
         self.needs = set().union(*(s.needs for s in metric_sets))
         self.participants_only, self.average_global = participants_only, average_global
+        # ``finetune_epochs`` > 0: a method without its own adaptation is evaluated, per client, after that
+        # many epochs of cross-entropy fine-tuning of the model it would use (pFedCSPC's "Local" of global methods)
+        self.finetune = None
+        if finetune_epochs and federation.method.finetune_phase() is None:
+            from fedlib.engine.core import Phase
+            from fedlib.methods.base import cross_entropy
+
+            self.finetune = Phase(epochs=finetune_epochs, loss=cross_entropy)
 
     def _outputs(self, params, test_idx: torch.Tensor):
         return self.fed.trainer.features(params, self.fed.data.data.test_x[test_idx])
@@ -187,10 +195,11 @@ class Evaluator:
         tasks = [fed.task(c, t) for c in clients]
         ctxs = [fed.context(task) for task in tasks]
         params = [method.eval_params(ctx) for ctx in ctxs]
-        if method.finetune_phase() is not None:
+        phase = method.finetune_phase() or self.finetune
+        if phase is not None:
             adapt = [ClientTask(task.client_id, t, task.received, task.state, task.model, salt=ADAPT_SALT)
                      for task in tasks]
-            params = [r.model for r in fed.executor.run(Adaptation(method), adapt)]
+            params = [r.model for r in fed.executor.run(Adaptation(method, phase), adapt)]
         return params, ctxs
 
     def __call__(self, t: int) -> tuple[dict, dict]:
@@ -200,7 +209,7 @@ class Evaluator:
         clients = self.evaluated_clients()
         anon = fed.anonymous_context(t)
         personal = params = ctxs = None
-        if method.personalized and needs & {"personal_local", "personal_global", "personal_own"}:
+        if (method.personalized or self.finetune) and needs & {"personal_local", "personal_global", "personal_own"}:
             params, ctxs = self.personal_models(t, clients)
             personal = True
         gparams = method.global_params(fed.server) if method.has_global_model else None

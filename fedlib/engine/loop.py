@@ -60,7 +60,7 @@ class Federation:
                  optimizer: str = "sgd", momentum: float = 0.0, weight_decay: float = 0.0,
                  metrics=("standard",), global_test_size: int | None = None, executor: str = "sequential",
                  eval_clients: str = "all", average_global: bool = False, late_clients: int = 0,
-                 late_round: int = 0,
+                 late_round: int = 0, eval_finetune_epochs: int = 0,
                  executor_options: dict | None = None, checkpoint: str | os.PathLike | None = None,
                  progress: bool = True, desc: str = ""):
         self.data, self.method, self.seed = fed, method, seed
@@ -83,10 +83,11 @@ class Federation:
             method.init_client(c.state, init)
         held = None if fed.server_idx is None else Batch(self.trainer.x[fed.server_idx], data.train_y[fed.server_idx])
         self.server = Server(num_clients=fed.num_clients, num_classes=fed.num_classes, forward=self.trainer.forward,
-                             data=held, seed=seed)
+                             forward_from=self.trainer.forward_from, data=held, seed=seed)
         method.init_server(self.server, init)
         self.evaluator = Evaluator(self, resolve_metric_sets([*metrics, *method.metric_sets]),
-                                   participants_only=eval_clients == "participants", average_global=average_global)
+                                   participants_only=eval_clients == "participants", average_global=average_global,
+                                   finetune_epochs=eval_finetune_epochs)
         self.late_clients, self.late_round = late_clients, late_round
         self.last_participants: list[int] = []
         self.history: list[dict] = []

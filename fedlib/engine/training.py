@@ -103,14 +103,20 @@ class Trainer:
         """Features and logits of ``x`` under ``params`` (evaluation mode, chunked)."""
         self.model.load_state_dict(network_params(params), strict=True)
         self.model.eval()
-        zs, ls = [], []
+        zs, ls, hs = [], [], []
         x = x.contiguous(memory_format=self.layout)
         for start in range(0, len(x), chunk):
-            z, logits = self.model.forward_features(x[start:start + chunk])
+            z, logits, h = self.model.forward_features(x[start:start + chunk])
             zs.append(z)
             ls.append(logits)
+            hs.append(h)
         self.model.train()
-        return Out(torch.cat(zs), torch.cat(ls))
+        return Out(torch.cat(zs), torch.cat(ls), torch.cat(hs))
+
+    def forward_from(self, params: Params, h: torch.Tensor) -> Out:
+        """Projector and head applied to encoder outputs ``h`` (server-side calibration, pFedCSPC)."""
+        params = {k: v for k, v in network_params(params).items() if k.split(".", 1)[0] in ("projector", "head")}
+        return Out(*functional_call(self.model, params, (h,), {"with_features": True, "from_features": True}))
 
     def client_features(self, train_idx: torch.Tensor):
         return lambda params: self.features(params, self.x[train_idx])
@@ -145,8 +151,7 @@ class Trainer:
                 batch = Batch(self.x[idx], self.y[idx])
                 opt.zero_grad(set_to_none=True)
                 if phase.step is None:
-                    z, logits = model.forward_features(batch.x)
-                    loss = loss_fn(Out(z, logits), batch, trainable, ctx)
+                    loss = loss_fn(Out(*model.forward_features(batch.x)), batch, trainable, ctx)
                     loss.backward()
                 else:
                     loss = phase.step(batch, trainable, ctx)

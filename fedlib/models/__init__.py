@@ -29,14 +29,15 @@ class SplitModel(nn.Module):
         self.feature_dim = projector_dim or feature_dim
         self.head = nn.Linear(self.feature_dim, num_classes)
 
-    def forward_features(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(features z, logits)."""
-        z = self.projector(self.body(x))
-        return z, self.head(z)
+    def forward_features(self, x: torch.Tensor, from_features: bool = False):
+        """(features z, logits, encoder output h); ``from_features``: x is already the body's output."""
+        h = x if from_features else self.body(x)
+        z = self.projector(h)
+        return z, self.head(z), h
 
-    def forward(self, x: torch.Tensor, with_features: bool = False):
-        z, logits = self.forward_features(x)
-        return (z, logits) if with_features else logits
+    def forward(self, x: torch.Tensor, with_features: bool = False, from_features: bool = False):
+        z, logits, h = self.forward_features(x, from_features)
+        return (z, logits, h) if with_features else logits
 
 
 def _conv_stack(in_ch: int, channels: list[int], size: int, kernel: int = 5) -> tuple[nn.Sequential, int]:
