@@ -97,3 +97,88 @@ def supervised_contrastive(z: torch.Tensor, batch, tau: float) -> torch.Tensor:
     anchors = (count > 0).to(z.dtype)
     per_anchor = -(log_prob * positives).sum(1) / count.clamp_min(1)
     return (per_anchor * anchors).sum() / anchors.sum().clamp_min(1)
+
+
+# ---------------------------------------------------------------- pFedCSPC (Eq. 5-7, 12)
+def _real_and_present(batch, y: torch.Tensor, present: torch.Tensor | None, dtype) -> torch.Tensor:
+    return _keep(batch, y, present, dtype)
+
+
+def prototype_infonce(f: torch.Tensor, batch, protos: torch.Tensor | None, present: torch.Tensor | None,
+                      tau: float) -> torch.Tensor:
+    """pFedCSPC Eq. 5, cosine reading: -log softmax_c(cos(f, u^c)/tau) at the sample's class, over the
+    classes c that have a global prototype; samples whose class has none are skipped."""
+    if protos is None:
+        return _zero(f)
+    logits = F.normalize(f, dim=1) @ F.normalize(protos, dim=1).T / tau
+    if present is not None:
+        logits = logits.masked_fill(~present.bool().unsqueeze(0), NEG)
+    per_sample = torch.logsumexp(logits, 1) - logits.gather(1, batch.y.unsqueeze(1)).squeeze(1)
+    keep = _real_and_present(batch, batch.y, present, f.dtype)
+    return (per_sample * keep).sum() / keep.sum().clamp_min(1e-12)
+
+
+def _distances(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gram matrix and pairwise Euclidean distances from it (no (B, B, d) tensor)."""
+    G = x @ x.T
+    sq = G.diagonal()
+    return G, (sq.unsqueeze(0) + sq.unsqueeze(1) - 2 * G).clamp_min(1e-12).sqrt()
+
+
+ANGLE_EPS = 1e-3
+
+
+def _angles(x: torch.Tensor) -> torch.Tensor:
+    """cos of the angle at b of every triplet: <x_a - x_b, x_c - x_b> / (|x_a - x_b| |x_c - x_b|), (B, B, B)[a, b, c],
+    with <x_a - x_b, x_c - x_b> = G_ac - G_ab - G_bc + G_bb."""
+    G, D = _distances(x)
+    inner = G.unsqueeze(1) - G.unsqueeze(2) - G.unsqueeze(0) + G.diagonal()[None, :, None]
+    D = D.clamp_min(ANGLE_EPS)     # coincident features (ReLU encoders give all-zero ones) would blow up 1/|x_a - x_b|
+    return inner / (D.unsqueeze(2) * D.unsqueeze(0))
+
+
+def angle_alignment(f: torch.Tensor, batch, protos: torch.Tensor | None, present: torch.Tensor | None) -> torch.Tensor:
+    """pFedCSPC Eq. 6: mean over triplets (f_a, f_b, f_c) with pairwise different labels of
+    |cos∠(f_a, f_b, f_c) - cos∠(u^{y_a}, u^{y_b}, u^{y_c})| (global prototypes u; constants)."""
+    if protos is None:
+        return _zero(f)
+    y = batch.y
+    keep = _real_and_present(batch, y, present, f.dtype)
+    differ = (y.unsqueeze(0) != y.unsqueeze(1)).to(f.dtype)
+    valid = (differ.unsqueeze(2) * differ.unsqueeze(0) * differ.unsqueeze(1)
+             * keep[:, None, None] * keep[None, :, None] * keep[None, None, :])
+    gap = (_angles(f) - _angles(protos[y].detach())).abs()
+    return (gap * valid).sum() / valid.sum().clamp_min(1)
+
+
+def edge_alignment(f: torch.Tensor, batch, protos: torch.Tensor | None, present: torch.Tensor | None) -> torch.Tensor:
+    """pFedCSPC Eq. 7: mean over pairs a != b of | ||f_a - f_b|| - ||u^{y_a} - u^{y_b}|| | (same-class
+    pairs have target 0)."""
+    if protos is None:
+        return _zero(f)
+    y = batch.y
+    keep = _real_and_present(batch, y, present, f.dtype)
+    valid = keep.unsqueeze(0) * keep.unsqueeze(1) * (1 - torch.eye(len(y), dtype=f.dtype, device=f.device))
+    gap = (_distances(f)[1] - _distances(protos[y].detach())[1]).abs()
+    return (gap * valid).sum() / valid.sum().clamp_min(1)
+
+
+def weighted_supcon(z: torch.Tensor, y: torch.Tensor, source: torch.Tensor, tau: float,
+                    hard: float = 1.0, easy: float = 0.5) -> torch.Tensor:
+    """pFedCSPC Eq. 12 on L2-normalised z: for each anchor with positives P (same label, any source),
+    -mean_{p in P} log sigma_ap e^{s_ap} / sum_{b != a} sigma_ab e^{s_ab}, s = z_a.z_b / tau, with
+    sigma = ``hard`` for (same class, other source) or (other class, same source), else ``easy``.
+    hard = easy reduces it to SupCon."""
+    z = F.normalize(z, dim=1)
+    n = len(y)
+    same_class = y.unsqueeze(0) == y.unsqueeze(1)
+    same_source = source.unsqueeze(0) == source.unsqueeze(1)
+    sigma = torch.where(same_class ^ same_source, hard, easy).to(z.dtype)
+    eye = torch.eye(n, dtype=torch.bool, device=z.device)
+    logits = (z @ z.T / tau + sigma.log()).masked_fill(eye, NEG)
+    log_prob = logits - torch.logsumexp(logits, 1, keepdim=True)
+    positives = same_class & ~eye
+    count = positives.sum(1)
+    anchors = (count > 0).to(z.dtype)
+    per_anchor = -(log_prob * positives).sum(1) / count.clamp_min(1)
+    return (per_anchor * anchors).sum() / anchors.sum().clamp_min(1)

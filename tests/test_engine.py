@@ -13,7 +13,10 @@ DIGITS = dict(dataset="digits", partition={"name": "dirichlet", "alpha": 1.0, "m
 
 # what some methods need beyond the common setting: FEDIC a server-side auxiliary set; CReFF's global
 # model predicts with a classifier re-trained on features the server learns over the first rounds
-NEEDS = {"fedic": {"partition": {**DIGITS["partition"], "server": 10}}, "creff": {"rounds": 4}}
+# FedALA's adaptive aggregation starts in round 2; GRACE and pFedCSPC (alignment terms) need a third round;
+# pFedCSPC's server calibration and FedETF's evaluation-time adaptation are shortened to keep the suite fast
+NEEDS = {"fedic": {"partition": {**DIGITS["partition"], "server": 10}}, "creff": {"rounds": 4}, "fedala": {"rounds": 3}, "grace": {"rounds": 3},
+         "pfedcspc": {"rounds": 3, "hyper": {"server_epochs": 5}}, "fedetf": {"hyper": {"finetune_rounds": 2}}}
 
 
 @pytest.mark.parametrize("method", list(METHODS))

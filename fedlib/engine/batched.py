@@ -205,7 +205,8 @@ class BatchedTrainer:
             frozen_dims[k] = None if shared else 0
         spec, consts, ctx_inputs, ctx_dims = _stack_leaves([(c.received, c.state, c.counts) for c in ctxs])
         template = dataclasses.replace(ctxs[0], client_id=None, seed=None, model=None, labels=None, size=None,
-                                       features=None, forward=self.forward)
+                                       features=None, validation=None, validation_labels=None, forward_from=None,
+                                       forward=self.forward)
 
         # every client's schedule padded to the bucket's length with inactive steps
         lengths = [len(s[0]) for s in scheds]

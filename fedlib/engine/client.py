@@ -48,14 +48,19 @@ class Setup:
     train_idx: tuple                   # per client: index tensor into the training tensors
     train_y: torch.Tensor
     counts: tuple                      # per client: (K,) float tensor
+    val_idx: tuple | None = None       # per client: its held-out validation indices (Method.validation_fraction)
 
-    def context(self, task: ClientTask, forward: Callable, features: Callable | None) -> ClientContext:
+    def context(self, task: ClientTask, trainer) -> ClientContext:
         i = task.client_id
+        val = None if self.val_idx is None else self.val_idx[i]
         return ClientContext(client_id=i, round=task.round, rounds=self.rounds,
                              seed=derived_seed(self.seed, task.round, i), num_classes=self.num_classes, lr=self.lr,
                              received=task.received, state=task.state, model=task.model, counts=self.counts[i],
-                             size=len(self.train_idx[i]), labels=self.train_y[self.train_idx[i]], forward=forward,
-                             features=features)
+                             size=len(self.train_idx[i]), labels=self.train_y[self.train_idx[i]], forward=trainer.forward,
+                             features=trainer.client_features(self.train_idx[i]),
+                             validation=None if val is None else trainer.client_features(val),
+                             validation_labels=None if val is None else self.train_y[val],
+                             batch_size=self.batch_size, forward_from=trainer.forward_from)
 
     def phase_plan(self, phase: Phase, method) -> tuple[int, float, Any]:
         """(epochs, lr, loss function) of a phase with the experiment's defaults filled in."""
@@ -88,7 +93,7 @@ def finish(method, ctx: ClientContext, models: dict, stats: list[tuple[float, in
 
 def local_update(method, task: ClientTask, setup: Setup, trainer) -> ClientResult:
     """One client's whole update with the sequential trainer."""
-    ctx = setup.context(task, trainer.forward, trainer.client_features(setup.train_idx[task.client_id]))
+    ctx = setup.context(task, trainer)
     models, phases = begin(method, ctx)
     stats = []
     for p_idx, phase in enumerate(phases):

@@ -60,8 +60,8 @@ class ClientContext:
     the only thing a client hook may change is its own ``state`` dict.
 
     Inside ``local_loss`` under the batched executor, ``received``, ``state`` and ``counts`` hold this
-    client's values (vmapped); ``model``, ``labels``, ``features``, ``client_id``, ``seed`` and ``size``
-    are None there, so a loss must not depend on them."""
+    client's values (vmapped); ``model``, ``labels``, ``features``, ``validation``, ``client_id``, ``seed``
+    and ``size`` are None there, so a loss must not depend on them."""
     client_id: int | None
     round: int                         # 0-based
     rounds: int
@@ -76,6 +76,11 @@ class ClientContext:
     labels: torch.Tensor | None        # the client's training labels
     forward: Callable[[Params, torch.Tensor], Out]          # functional forward; never writes buffers
     features: Callable[[Params], Out] | None = None         # eval-mode forward over the client's training data
+    # a held-out share of the client's data (``Method.validation_fraction`` > 0: FedFomo, FedSoup); never trained on
+    validation: Callable[[Params], Out] | None = None
+    validation_labels: torch.Tensor | None = None
+    batch_size: int | None = None      # the experiment's mini-batch size (methods' own loops: FedALA)
+    forward_from: Callable[[Params, torch.Tensor], Out] | None = None   # projector and head on encoder outputs h
 
 
 @dataclass

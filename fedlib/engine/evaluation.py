@@ -15,6 +15,7 @@ with ``register_metric_set`` (no change to the engine).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable
 
@@ -110,12 +111,16 @@ def _fedprp(ev: Evaluation) -> dict:
 
 def _generalization(ev: Evaluation) -> dict:
     """pFedCSPC Eq. 19-21: ACC_global of the global model, I_local (mean over clients of the
-    harmonic mean of accuracy and macro-F1 on local tests) and HM, their harmonic mean."""
-    if not (ev.get("global_global") and ev.get("personal_local")):
-        return {}
-    acc = accuracy(ev.get("global_global")[0])
-    i_local = summarize(ev.get("personal_local"))["i_local"]
-    return {"acc_global": acc, "i_local": i_local, "hm": harmonic(acc, i_local)}
+    harmonic mean of accuracy and macro-F1 on local tests) and HM, their harmonic mean; a method without
+    a global model has I_local only."""
+    out = {}
+    if ev.get("personal_local"):
+        out["i_local"] = summarize(ev.get("personal_local"))["i_local"]
+    if ev.get("global_global"):
+        out["acc_global"] = accuracy(ev.get("global_global")[0])
+    if len(out) == 2:
+        out["hm"] = harmonic(out["acc_global"], out["i_local"])
+    return out
 
 
 register_metric_set("standard", ("personal_local", "global_global", "global_local"), _standard,
@@ -160,10 +165,12 @@ class Evaluator:
         self.sets = metric_sets
         self.needs = set().union(*(s.needs for s in metric_sets))
         self.participants_only, self.average_global = participants_only, average_global
-        # ``finetune_epochs`` > 0: a method without its own adaptation is evaluated, per client, after that
-        # many epochs of cross-entropy fine-tuning of the model it would use (pFedCSPC's "Local" of global methods)
+        # ``finetune_epochs`` > 0: a method without personal models or adaptation of its own is evaluated, per
+        # client, after that many epochs of cross-entropy fine-tuning of the model it would use (pFedCSPC's
+        # "Local" of global methods)
         self.finetune = None
-        if finetune_epochs and federation.method.finetune_phase() is None:
+        method = federation.method
+        if finetune_epochs and not method.personalized and method.finetune_phase() is None:
             from fedlib.engine.core import Phase
             from fedlib.methods.base import cross_entropy
 
@@ -172,9 +179,12 @@ class Evaluator:
     def _outputs(self, params, test_idx: torch.Tensor):
         return self.fed.trainer.features(params, self.fed.data.data.test_x[test_idx])
 
-    def _confusions(self, out, test_idx: torch.Tensor, ctx: ClientContext) -> dict:
-        """{variant: confusion} for the default prediction (variant None) and the method's variants."""
+    def _confusions(self, params, test_idx: torch.Tensor, ctx: ClientContext) -> dict:
+        """{variant: confusion} of the model ``params`` for the default prediction (variant None) and the
+        method's variants; ``predict`` sees the evaluated model as ``ctx.model``."""
         fed = self.fed
+        out = self._outputs(params, test_idx)
+        ctx = dataclasses.replace(ctx, model=params)
         y = fed.data.data.test_y[test_idx]
         return {v: confusion(y, fed.method.predict(out, ctx, v), fed.data.num_classes)
                 for v in (None, *fed.method.prediction_variants)}
@@ -220,23 +230,22 @@ class Evaluator:
             gparams = weighted_average([network_params(p) for p in params], [1.0] * len(params))
         if gparams is not None and needs & {"global_global", "global_local", "personal_local", "personal_global"}:
             # the global model predicts with what anyone receives, never with a client's private state
-            self._family(conf, "global_global", [self._confusions(self._outputs(gparams, fed.global_test),
-                                                                  fed.global_test, anon)])
+            self._family(conf, "global_global", [self._confusions(gparams, fed.global_test, anon)])
             if needs & {"global_local", "personal_local"}:
                 self._family(conf, "global_local", [
-                    self._confusions(self._outputs(gparams, data.test_idx[c.id]), data.test_idx[c.id], anon)
+                    self._confusions(gparams, data.test_idx[c.id], anon)
                     for c in clients])
         if personal:
             if "personal_local" in needs:
                 self._family(conf, "personal_local", [
-                    self._confusions(self._outputs(p, data.test_idx[c.client_id]), data.test_idx[c.client_id], c)
+                    self._confusions(p, data.test_idx[c.client_id], c)
                     for p, c in zip(params, ctxs)])
             if "personal_global" in needs:
                 self._family(conf, "personal_global", [
-                    self._confusions(self._outputs(p, fed.global_test), fed.global_test, c) for p, c in zip(params, ctxs)])
+                    self._confusions(p, fed.global_test, c) for p, c in zip(params, ctxs)])
             if "personal_own" in needs and data.own_test_idx is not None:
                 self._family(conf, "personal_own", [
-                    self._confusions(self._outputs(p, data.own_test_idx[c.client_id]), data.own_test_idx[c.client_id], c)
+                    self._confusions(p, data.own_test_idx[c.client_id], c)
                     for p, c in zip(params, ctxs)])
         elif gparams is not None and method.has_global_model:  # the global model is every client's model
             for name in ("personal_local", "personal_global", "personal_own"):
@@ -250,7 +259,7 @@ class Evaluator:
                         conf[key.replace("global_global", "personal_global")] = conf[key] * len(clients)
                 elif data.own_test_idx is not None:
                     self._family(conf, "personal_own", [
-                        self._confusions(self._outputs(gparams, data.own_test_idx[c.id]), data.own_test_idx[c.id], anon)
+                        self._confusions(gparams, data.own_test_idx[c.id], anon)
                         for c in clients])
         ev = Evaluation(conf, data.train_counts, data.class_groups())
         record: dict = {}

@@ -55,14 +55,14 @@ class BatchedExecutor(SequentialExecutor):
         if not self.supported:
             return super().run(method, tasks)
         setup, trainer = self.setup, self.trainer
-        ctxs = [setup.context(t, trainer.forward, trainer.client_features(setup.train_idx[t.client_id])) for t in tasks]
+        ctxs = [setup.context(t, trainer) for t in tasks]
         begun = [begin(method, ctx) for ctx in ctxs]
         models = [b[0] for b in begun]
         stats: list[list] = [[] for _ in tasks]
         plans: dict[tuple, list[int]] = {}
-        for i, (_, phases) in enumerate(begun):
-            plans.setdefault(tuple(phases), []).append(i)
-        for phases, members in plans.items():
+        for i, (_, phases) in enumerate(begun):   # lockstep groups: same phases, same context structure
+            plans.setdefault((tuple(phases), context_signature(ctxs[i])), []).append(i)
+        for (phases, _), members in plans.items():
             for p_idx, phase in enumerate(phases):
                 epochs, lr, loss_fn = setup.phase_plan(phase, method)
                 keys = [setup.seed_keys(tasks[i], p_idx) for i in members]
@@ -77,6 +77,15 @@ class BatchedExecutor(SequentialExecutor):
                     models[i][phase.target] = params
                     stats[i].append((total, count, steps, phase.target))
         return [finish(method, ctx, m, s) for ctx, m, s in zip(ctxs, models, stats)]
+
+
+def context_signature(ctx) -> str:
+    """Tree structure, tensor shapes and other values of what a vmapped loss sees of a client's context:
+    clients train in lockstep only when these agree (FedFomo's clients receive different numbers of models)."""
+    from torch.utils._pytree import tree_flatten
+
+    leaves, spec = tree_flatten((ctx.received, ctx.state, ctx.counts))
+    return repr((spec, [tuple(v.shape) if isinstance(v, torch.Tensor) else v for v in leaves]))
 
 
 # ---------------------------------------------------------------------- process-parallel

@@ -41,6 +41,21 @@ def sample_clients(num_clients: int, fraction: float, seed: int, round_: int, la
     return sorted(rng.choice(num_clients, size=k, replace=False).tolist())
 
 
+def validation_split(train_idx, fraction: float, seed: int) -> tuple[tuple, tuple | None]:
+    """Each client's indices split into (training, validation): a seeded ``fraction`` of them (at least
+    one sample, and at least one left to train on) is held out. ``fraction`` 0: no split."""
+    if not fraction:
+        return tuple(train_idx), None
+    train, val = [], []
+    for i, idx in enumerate(train_idx):
+        gen = torch.Generator().manual_seed(derived_seed(seed, 7919, i))
+        order = idx[torch.randperm(len(idx), generator=gen).to(idx.device)]
+        n_val = min(max(1, round(fraction * len(idx))), len(idx) - 1)
+        train.append(order[n_val:].sort().values)
+        val.append(order[:n_val].sort().values)
+    return tuple(train), tuple(val)
+
+
 def count_scalars(obj) -> int:
     """Number of communicated scalars in an upload (floating tensors nested in dicts/lists)."""
     if isinstance(obj, torch.Tensor):
@@ -70,15 +85,16 @@ class Federation:
         data = fed.data
         self.trainer = Trainer(model, data.train_x, data.train_y, batch_size,
                                OptimizerSpec(optimizer, momentum, weight_decay))
+        train_idx, val_idx = validation_split(fed.train_idx, method.validation_fraction, seed)
         self.setup = Setup(seed=seed, rounds=rounds, num_classes=fed.num_classes, lr=lr, local_epochs=local_epochs,
-                           batch_size=batch_size, train_idx=tuple(fed.train_idx), train_y=data.train_y,
-                           counts=tuple(torch.as_tensor(c, dtype=torch.float32, device=data.train_y.device)
-                                        for c in fed.train_counts))
+                           batch_size=batch_size, train_idx=train_idx, train_y=data.train_y,
+                           counts=tuple(torch.bincount(data.train_y[idx], minlength=fed.num_classes).float()
+                                        for idx in train_idx), val_idx=val_idx)
         self.executor = make_executor(executor, self.setup, self.trainer, **(executor_options or {}))
         self.global_test = global_test_indices(len(data.test_y), global_test_size, seed, data.test_y.device)
         init = clone(model.state_dict())
         self.clients = [ClientSlot(i, int(len(idx)), self.setup.counts[i], clone(init))
-                        for i, idx in enumerate(fed.train_idx)]
+                        for i, idx in enumerate(train_idx)]
         for c in self.clients:
             method.init_client(c.state, init)
         held = None if fed.server_idx is None else Batch(self.trainer.x[fed.server_idx], data.train_y[fed.server_idx])
@@ -102,8 +118,7 @@ class Federation:
 
     def context(self, task: ClientTask) -> ClientContext:
         """A client's context in this process (evaluation, tests)."""
-        return self.setup.context(task, self.trainer.forward,
-                                  self.trainer.client_features(self.setup.train_idx[task.client_id]))
+        return self.setup.context(task, self.trainer)
 
     def anonymous_context(self, t: int) -> ClientContext:
         """The context the global model is evaluated in: no client, what the server sends anyone."""

@@ -25,11 +25,25 @@ from fedlib.methods.moon import Moon
 from fedlib.methods.perfedavg import PerFedAvg
 from fedlib.methods.pfedme import PFedMe
 from fedlib.methods.scaffold import Scaffold
+from fedlib.methods.ccvr import CCVR
+from fedlib.methods.fedala import FedALA
+from fedlib.methods.fedasam import FedASAM
+from fedlib.methods.feddc import FedDC
+from fedlib.methods.feddecorr import FedDecorr
+from fedlib.methods.fedetf import FedETF
+from fedlib.methods.fedfomo import FedFomo
+from fedlib.methods.fedntd import FedNTD
+from fedlib.methods.fedperpp import FedPerPlus
+from fedlib.methods.fedproc import FedProc
+from fedlib.methods.fedsoup import FedSoup
+from fedlib.methods.grace import GRACE
+from fedlib.methods.pfedcspc import PFedCSPC
 from fedlib.errors import ConfigError
 
 METHODS: dict[str, type[Method]] = {m.name: m for m in (
     Local, FedAvg, FedAvgFT, FedProx, Scaffold, Moon, Ditto, FedPer, LGFedAvg, FedRep, FedBABU, FedProto,
-    FedPAC, FedGPA, PFedMe, PerFedAvg, FedPCL, FedPRP, APFL, FedRoD, FedPHP, CReFF, FEDIC, FedMate, FedFA)}
+    FedPAC, FedGPA, PFedMe, PerFedAvg, FedPCL, FedPRP, APFL, FedRoD, FedPHP, CReFF, FEDIC, FedMate, FedFA,
+    PFedCSPC, FedNTD, FedDecorr, FedProc, FedDC, FedASAM, CCVR, FedALA, FedFomo, FedSoup, GRACE, FedPerPlus, FedETF)}
 
 
 def make_method(name: str, **hyper) -> Method:

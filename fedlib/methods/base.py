@@ -50,6 +50,9 @@ class Method:
     has_global_model: ClassVar[bool] = True     # a single global model exists (A_glo)
     metric_sets: ClassVar[tuple[str, ...]] = ()  # metric sets evaluated beside the experiment's
     prediction_variants: ClassVar[tuple[str, ...]] = ()  # other ways to predict, recorded as <metric>@<variant>
+    # share of each client's training data held out as its validation set (``ClientContext.validation``);
+    # the client never trains on it (FedFomo, FedSoup)
+    validation_fraction: ClassVar[float] = 0.0
     # Bump when a change of code alters this class's results: the cache key holds the versions
     # declared along the method's class hierarchy (``Method.versions``), so only its records recompute.
     version: ClassVar[int] = 1
@@ -106,6 +109,11 @@ class Method:
 
     def local_loss(self, out: Out, batch: Batch, params: dict, ctx: ClientContext) -> torch.Tensor:
         return cross_entropy(out, batch, params, ctx)
+
+    def local_step(self, loss_fn):
+        """The method's own optimizer step around ``loss_fn`` (a ``Phase.step``, e.g. FedASAM's
+        sharpness-aware step), so that another method can put its objective inside it; None: plain steps."""
+        return None
 
     def upload(self, ctx: ClientContext, models: dict, result: LocalResult) -> dict:
         return {"params": select(models["local"], self.shared), "n": ctx.size}

@@ -100,6 +100,19 @@ def resnet18(input_shape, num_classes: int) -> SplitModel:
     return SplitModel(net, 512, num_classes)
 
 
+def resnet18_cspc(input_shape, num_classes: int) -> SplitModel:
+    """pFedCSPC's model for CIFAR-100, Tiny-ImageNet and VireoFood172: ResNet-18 without its fc as encoder,
+    a 2-layer MLP projector (512 -> 512 -> 256, MOON's) and a linear classifier."""
+    import torchvision
+
+    net = torchvision.models.resnet18(weights=None)
+    if input_shape[0] != 3:
+        net.conv1 = nn.Conv2d(input_shape[0], 64, 7, 2, 3, bias=False)
+    net.fc = nn.Identity()
+    projector = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 256))
+    return SplitModel(net, 512, num_classes, projector=projector, projector_dim=256)
+
+
 class L2Normalize(nn.Module):
     def forward(self, x):
         return nn.functional.normalize(x, dim=1)
@@ -118,6 +131,7 @@ def mlp(input_shape, num_classes: int, hidden: int = 128) -> SplitModel:
 
 
 MODELS = {"cnn2": cnn2, "cnn3": cnn3, "cnn_fedavg": cnn_fedavg, "cnn_cspc": cnn_cspc, "resnet18": resnet18,
+          "resnet18_cspc": resnet18_cspc,
           "mlp": mlp, "projection": projection}
 DEFAULT_MODEL = {"fmnist": "cnn2", "mnist": "cnn2", "emnist": "cnn2", "digits": "cnn2", "usps": "cnn2",
                  "cifar10": "cnn3", "cifar100": "cnn3", "svhn": "cnn3", "digit4": "cnn3"}

@@ -1,0 +1,30 @@
+"""FedPer++ (Xu, Yan & Huang, IJCNN 2022), in an assumed form: FedPer (shared body and projector, personal
+classifier) whose shared layers are kept near the received global ones by a proximal term,
+CE + (mu/2) ||theta_shared - w_shared||^2, against the overfitting of the feature extractor to skewed
+local data. The paper's text is not available here; this is fedlib's reading of its published summary
+(FedPer improved by regularising the shared feature extractor towards the global one) and is labelled as
+such wherever it is reported. mu = 0.01 (FedProx's value in this library)."""
+from dataclasses import dataclass
+
+from fedlib.aggregate import select
+from fedlib.losses import cross_entropy, proximal
+from fedlib.methods.base import Hyper, positive
+from fedlib.methods.fedper import FedPer
+
+
+@dataclass
+class PerPlusHyper(Hyper):
+    mu: float = 0.01
+
+    def validate(self):
+        positive(self.mu, "mu", allow_zero=True)
+
+
+class FedPerPlus(FedPer):
+    name = "fedperpp"
+    paper = "Xu, Yan & Huang, IJCNN 2022 (assumed form)"
+    Hyper = PerPlusHyper
+
+    def local_loss(self, out, batch, params, ctx):
+        shared = select(params, self.shared)
+        return cross_entropy(out.logits, batch) + 0.5 * self.hp.mu * proximal(shared, ctx.received["params"])

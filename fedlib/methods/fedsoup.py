@@ -1,0 +1,62 @@
+"""FedSoup (Chen, Jiang, Dou, Xu & Zhang, MICCAI 2023): personalization and generalization by selective
+model interpolation ("model soups").
+
+Clients train as in FedAvg from the received global model. Each client keeps a temporal pool of the
+last ``pool`` global models it received; after local training it forms its personal model by a greedy
+soup: starting from its trained local model, it adds pool models in decreasing order of their validation
+accuracy whenever the uniform average of the soup with the candidate does not lower the validation
+accuracy (held-out 20% of the client's data). The server averages (FedAvg) and keeps the global model.
+Readings (the paper's text is not available here; this follows its published description): pool = 5,
+the soup always contains the local model, interpolation starts in the first round."""
+from dataclasses import dataclass
+
+from fedlib.aggregate import weighted_average
+from fedlib.methods.base import Hyper, Method, positive
+from fedlib.metrics import accuracy, confusion
+
+
+@dataclass
+class SoupHyper(Hyper):
+    pool: int = 5
+
+    def validate(self):
+        positive(self.pool, "pool")
+
+
+def validation_accuracy(ctx, params) -> float:
+    pred = ctx.validation(params).logits.argmax(1)
+    return accuracy(confusion(ctx.validation_labels, pred, ctx.num_classes))
+
+
+def greedy_soup(ctx, local: dict, pool: list[dict]) -> tuple[dict, int]:
+    """The local model plus every pool model (best validation accuracy first) that does not lower the
+    soup's validation accuracy; returns the uniform average and the number of ingredients."""
+    ingredients = [local]
+    best = validation_accuracy(ctx, local)
+    for candidate in sorted(pool, key=lambda p: -validation_accuracy(ctx, p)):
+        trial = weighted_average(ingredients + [candidate], [1.0] * (len(ingredients) + 1))
+        score = validation_accuracy(ctx, trial)
+        if score >= best:
+            ingredients.append(candidate)
+            best = score
+    return weighted_average(ingredients, [1.0] * len(ingredients)), len(ingredients)
+
+
+class FedSoup(Method):
+    name = "fedsoup"
+    paper = "Chen, Jiang, Dou, Xu & Zhang, MICCAI 2023"
+    Hyper = SoupHyper
+    personalized = True
+    validation_fraction = 0.2
+
+    def receive(self, ctx):
+        models = super().receive(ctx)
+        ctx.state["pool"] = (ctx.state.get("pool", []) + [models["local"]])[-self.hp.pool:]
+        return models
+
+    def upload(self, ctx, models, result):
+        ctx.state["personal"], ctx.state["soup_size"] = greedy_soup(ctx, models["local"], ctx.state["pool"])
+        return super().upload(ctx, models, result)
+
+    def eval_params(self, ctx):
+        return ctx.state.get("personal", self.received_model(ctx))
