@@ -4,26 +4,16 @@ CE + (mu/2) ||theta_shared - w_shared||^2, against the overfitting of the featur
 local data. The paper's text is not available here; this is fedlib's reading of its published summary
 (FedPer improved by regularising the shared feature extractor towards the global one) and is labelled as
 such wherever it is reported. mu = 0.01 (FedProx's value in this library)."""
-from dataclasses import dataclass
-
 from fedlib.aggregate import select
 from fedlib.losses import cross_entropy, proximal
-from fedlib.methods.base import Hyper, positive
 from fedlib.methods.fedper import FedPer
-
-
-@dataclass
-class PerPlusHyper(Hyper):
-    mu: float = 0.01
-
-    def validate(self):
-        positive(self.mu, "mu", allow_zero=True)
+from fedlib.methods.fedprox import ProxHyper
 
 
 class FedPerPlus(FedPer):
     name = "fedperpp"
     paper = "Xu, Yan & Huang, IJCNN 2022 (assumed form)"
-    Hyper = PerPlusHyper
+    Hyper = ProxHyper
 
     def local_loss(self, out, batch, params, ctx):
         shared = select(params, self.shared)
