@@ -48,6 +48,7 @@ class Phase:
     lr: float | None = None            # None: the experiment's lr
     optimizer: str | None = None       # None: the experiment's optimizer; "sgd" for a method's own plain steps
     weight_decay: float | None = None  # None: the experiment's weight decay
+    momentum: float | None = None      # None: the experiment's momentum (FedDC: 0, its updates estimate gradients)
     max_steps: int | None = None       # stop after this many mini-batches (Per-FedAvg's one-step adaptation)
     # step(batch, params, ctx) -> loss: fills ``.grad`` of ``params`` itself (bi-level methods: pFedMe,
     # Per-FedAvg). Such a phase cannot be batched across clients; executors run it client by client.

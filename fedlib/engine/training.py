@@ -26,7 +26,7 @@ class OptimizerSpec:
     weight_decay: float = 0.0
 
     def for_phase(self, phase: Phase) -> "OptimizerSpec":
-        return OptimizerSpec(phase.optimizer or self.kind, self.momentum,
+        return OptimizerSpec(phase.optimizer or self.kind, self.momentum if phase.momentum is None else phase.momentum,
                              self.weight_decay if phase.weight_decay is None else phase.weight_decay)
 
 
