@@ -182,10 +182,8 @@ class PerClientAggregation:
             server.state["personal"][i] = params
 
 
-class PrototypeSharing(Method):
-    """Shared by prototype methods: upload local prototypes, keep count-weighted global ones."""
-
-    upload_variance: ClassVar[bool] = False  # also upload the within-client feature variance (FedPAC, FedGPA)
+class GlobalPrototypes(Method):
+    """Mixin: the server keeps global prototypes (and which classes have one) and sends them with the model."""
 
     def init_server(self, server, init):
         super().init_server(server, init)
@@ -194,6 +192,12 @@ class PrototypeSharing(Method):
     def broadcast(self, server, client_id):
         return {**super().broadcast(server, client_id), "protos": server.state["protos"],
                 "present": server.state["present"]}
+
+
+class PrototypeSharing(GlobalPrototypes):
+    """Shared by prototype methods: upload local prototypes, keep count-weighted global ones."""
+
+    upload_variance: ClassVar[bool] = False  # also upload the within-client feature variance (FedPAC, FedGPA)
 
     def upload(self, ctx, models, result):
         counts, protos, sq = self.local_statistics(ctx, models["local"])

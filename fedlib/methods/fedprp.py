@@ -54,7 +54,7 @@ from fedlib.aggregate import select, weighted_average
 from fedlib.engine.core import Phase
 from fedlib.errors import ConfigError
 from fedlib.losses import NEG, cross_entropy, sample_weight
-from fedlib.methods.base import Hyper, Method, cross_entropy as ce_loss, positive, unit_interval
+from fedlib.methods.base import GlobalPrototypes, Hyper, cross_entropy as ce_loss, positive, unit_interval
 from fedlib.models import PARTS
 
 DISTANCES = ("euclidean", "sqeuclidean", "cosine", "code_cosine")
@@ -144,7 +144,7 @@ def nearest(z: torch.Tensor, protos: torch.Tensor, allowed: torch.Tensor) -> tor
     return d.masked_fill(~allowed.unsqueeze(0), float("inf")).argmin(1)
 
 
-class FedPRP(Method):
+class FedPRP(GlobalPrototypes):
     name = "fedprp"
     paper = "Guo et al., IEEE TNNLS 2024"
     Hyper = PrpHyper
@@ -159,14 +159,6 @@ class FedPRP(Method):
             self.shared = PARTS
 
     # ------------------------------------------------------------------ server
-    def init_server(self, server, init):
-        super().init_server(server, init)
-        server.state["protos"], server.state["present"] = None, None
-
-    def broadcast(self, server, client_id):
-        return {**super().broadcast(server, client_id), "protos": server.state["protos"],
-                "present": server.state["present"]}
-
     def aggregate(self, server, uploads):
         ups = list(uploads.values())
         body = weighted_average([u["params"] for u in ups], [1.0] * len(ups))       # Eq. 5: uniform
