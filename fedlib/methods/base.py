@@ -145,6 +145,25 @@ class Method:
         return counts, sums / counts.clamp_min(1).unsqueeze(1), sq
 
 
+def retrain_linear_head(head: dict, x: torch.Tensor, y: torch.Tensor, epochs: int, batch: int, lr: float,
+                        gen: torch.Generator) -> dict:
+    """Cross-entropy training of a linear classifier {"head.weight", "head.bias"} on fixed features with plain
+    SGD and a fresh permutation from ``gen`` every epoch (CReFF's and CCVR's classifier re-training)."""
+    import torch.nn.functional as F
+
+    head = {k: v.detach().clone().requires_grad_(True) for k, v in head.items()}
+    opt = torch.optim.SGD(list(head.values()), lr=lr)
+    for _ in range(epochs):
+        order = torch.randperm(len(x), generator=gen).to(x.device)
+        for start in range(0, len(x), batch):
+            idx = order[start:start + batch]
+            loss = F.cross_entropy(F.linear(x[idx], head["head.weight"], head["head.bias"]), y[idx])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return {k: v.detach() for k, v in head.items()}
+
+
 class PersonalModel:
     """Mixin: the client keeps a personal model v_i in its state beside the model it uploads (Ditto,
     pFedMe). ``receive`` offers it as the phase target "personal", starting from the initial model

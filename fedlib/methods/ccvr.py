@@ -16,11 +16,10 @@ and lr are not stated there)."""
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 from fedlib.aggregate import select
 from fedlib.engine.core import derived_seed
-from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.base import Hyper, Method, positive, retrain_linear_head
 from fedlib.prototypes import class_stats
 
 
@@ -98,18 +97,8 @@ class CCVR(Method):
         classes = [c for c in range(len(total)) if total[c] > 0]
         feats = torch.cat([sample_virtual(mu[c], sigma[c], self.hp.virtual, gen) for c in classes])
         labels = torch.tensor(classes, device=feats.device).repeat_interleave(self.hp.virtual)
-        head = {k: v.detach().clone().requires_grad_(True)
-                for k, v in select(server.state["global"], ("head",)).items()}
-        opt = torch.optim.SGD(list(head.values()), lr=self.hp.lr)
-        for _ in range(self.hp.epochs):
-            order = torch.randperm(len(feats), generator=gen).to(feats.device)
-            for start in range(0, len(feats), self.hp.batch):
-                idx = order[start:start + self.hp.batch]
-                loss = F.cross_entropy(F.linear(feats[idx], head["head.weight"], head["head.bias"]), labels[idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-        server.state["calibrated_head"] = {k: v.detach() for k, v in head.items()}
+        server.state["calibrated_head"] = retrain_linear_head(select(server.state["global"], ("head",)), feats, labels,
+                                                              self.hp.epochs, self.hp.batch, self.hp.lr, gen)
 
     def global_params(self, server):
         return {**server.state["global"], **(server.state["calibrated_head"] or {})}

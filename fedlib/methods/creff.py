@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from fedlib.engine.core import derived_seed
-from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.base import Hyper, Method, positive, retrain_linear_head
 from fedlib.models import network_params
 
 
@@ -111,18 +111,9 @@ class CReFF(Method):
             opt.step()
         server.state["features"] = features.detach()
         gen = torch.Generator().manual_seed(derived_seed(server.seed, server.round + 1, 31))
-        new = {k: v.requires_grad_(True) for k, v in fresh_linear(features.shape[1], K, gen, real.device).items()}
-        opt = torch.optim.SGD(list(new.values()), lr=hp.lr_net)
-        x = server.state["features"]
-        for _ in range(hp.crt_epochs):                               # 3. classifier re-training
-            order = torch.randperm(len(x), generator=gen).to(x.device)
-            for start in range(0, len(x), hp.crt_batch):
-                idx = order[start:start + hp.crt_batch]
-                loss = F.cross_entropy(F.linear(x[idx], new["head.weight"], new["head.bias"]), labels[idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-        server.state["syn_head"] = {k: v.detach() for k, v in new.items()}
+        server.state["syn_head"] = retrain_linear_head(                 # 3. classifier re-training
+            fresh_linear(features.shape[1], K, gen, real.device), server.state["features"], labels, hp.crt_epochs,
+            hp.crt_batch, hp.lr_net, gen)
 
     def global_params(self, server):
         return {**network_params(server.state["global"]), **server.state["syn_head"]}
