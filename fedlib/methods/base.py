@@ -164,6 +164,28 @@ def retrain_linear_head(head: dict, x: torch.Tensor, y: torch.Tensor, epochs: in
     return {k: v.detach() for k, v in head.items()}
 
 
+class TrainedModelIsPersonal(Method):
+    """Mixin: a client's model after its last local training is its personal model; before any training,
+    what it would receive (FedALA, GRACE, pFedCSPC)."""
+
+    personalized = True
+
+    @staticmethod
+    def mark_trained(ctx: ClientContext) -> None:
+        ctx.state["trained"] = True
+
+    @staticmethod
+    def trained(ctx: ClientContext) -> bool:
+        return bool(ctx.state.get("trained"))
+
+    def upload(self, ctx, models, result):
+        self.mark_trained(ctx)
+        return super().upload(ctx, models, result)
+
+    def eval_params(self, ctx):
+        return ctx.model if self.trained(ctx) else self.received_model(ctx)
+
+
 class PersonalModel:
     """Mixin: the client keeps a personal model v_i in its state beside the model it uploads (Ditto,
     pFedMe). ``receive`` offers it as the phase target "personal", starting from the initial model

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedlib.methods.base import Hyper, Method, positive, unit_interval
+from fedlib.methods.base import Hyper, TrainedModelIsPersonal, positive, unit_interval
 
 TOP = ("head.weight", "head.bias")
 
@@ -58,15 +58,14 @@ def adaptive_weights(z, y, local: dict, glob: dict, weights: dict, eta: float, b
     return weights, epochs
 
 
-class FedALA(Method):
+class FedALA(TrainedModelIsPersonal):
     name = "fedala"
     paper = "Zhang, Hua, Wang, Song, Xue, Ma & Guan, AAAI 2023"
     Hyper = AlaHyper
-    personalized = True
 
     def receive(self, ctx):
         glob = self.received_model(ctx)
-        if not ctx.state.get("trained"):        # the first round: the local model is the initial one
+        if not self.trained(ctx):               # the first round: the local model is the initial one
             return {"local": glob}
         local = ctx.model
         n = ctx.size
@@ -82,9 +81,3 @@ class FedALA(Method):
         ctx.state["ala_epochs"] = epochs
         return {"local": {**glob, **{k: local[k] + (glob[k] - local[k]) * weights[k] for k in TOP}}}
 
-    def upload(self, ctx, models, result):
-        ctx.state["trained"] = True
-        return super().upload(ctx, models, result)
-
-    def eval_params(self, ctx):
-        return ctx.model if ctx.state.get("trained") else self.received_model(ctx)

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from fedlib.losses import cross_entropy, sample_weight
-from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.base import Hyper, TrainedModelIsPersonal, positive
 
 
 @dataclass
@@ -57,11 +57,10 @@ def consistency_weights(updates: list[torch.Tensor], sizes) -> np.ndarray:
     return w / w.sum()
 
 
-class GRACE(Method):
+class GRACE(TrainedModelIsPersonal):
     name = "grace"
     paper = "Zhang, Fan, Xu, Yao, Zhang & Wang, MICCAI 2023"
     Hyper = GraceHyper
-    personalized = True
 
     def local_loss(self, out, batch, params, ctx):
         loss = cross_entropy(out.logits, batch)
@@ -70,13 +69,6 @@ class GRACE(Method):
                 target = ctx.forward(ctx.received["params"], batch.x).z
             loss = loss + self.hp.align * coral(out.z, target, batch)
         return loss
-
-    def upload(self, ctx, models, result):
-        ctx.state["trained"] = True
-        return super().upload(ctx, models, result)
-
-    def eval_params(self, ctx):
-        return ctx.model if ctx.state.get("trained") else self.received_model(ctx)
 
     def aggregate(self, server, uploads):
         glob = server.state["global"]

@@ -31,7 +31,7 @@ from fedlib.aggregate import mix, select
 from fedlib.engine.core import Phase, derived_seed
 from fedlib.errors import ConfigError
 from fedlib.losses import NEG, angle_alignment, edge_alignment, prototype_infonce, weighted_supcon
-from fedlib.methods.base import Hyper, Method, positive, unit_interval
+from fedlib.methods.base import Hyper, TrainedModelIsPersonal, positive, unit_interval
 from fedlib.prototypes import clustered_prototypes, in_client_augmentation, mean_over_holders
 
 BASES = ("fedavg", "fedprox", "moon", "fedasam")
@@ -82,11 +82,10 @@ class CspcHyper(Hyper):
             positive(self.server_lr, "server_lr")
 
 
-class PFedCSPC(Method):
+class PFedCSPC(TrainedModelIsPersonal):
     name = "pfedcspc"
     paper = "Meng, Qi, Wu, Du, Li, Cui & Meng, IEEE TNNLS 2025"
     Hyper = CspcHyper
-    personalized = True
     prediction_variants = ("net",)     # the global model without the knowledge prediction (Table IV's KP row)
 
     def __init__(self, **hyper):
@@ -214,7 +213,7 @@ class PFedCSPC(Method):
 
     def upload(self, ctx, models, result):
         up = self.base.upload(ctx, models, result)
-        ctx.state["trained"] = True
+        self.mark_trained(ctx)
         if self.uses_prototypes:
             h = ctx.features(models["local"]).h                               # E(x) after local training
             tpg = self.hp.prototypes == "tpg"
@@ -223,11 +222,7 @@ class PFedCSPC(Method):
                 1.0 if tpg else self.hp.ratio, ctx.seed)
         return up
 
-    # ------------------------------------------------------------------ evaluation
-    def eval_params(self, ctx):
-        """The client's model after its last local training (A19); what it would receive before that."""
-        return ctx.model if ctx.state.get("trained") else self.received_model(ctx)
-
+    # ------------------------------------------------------------------ evaluation (eval_params: the mixin's, A19)
     def predict(self, out, ctx, variant=None):
         exemplars = ctx.received.get("exemplars")
         if ctx.client_id is not None or not self.hp.kp or exemplars is None or variant == "net":
