@@ -5,6 +5,7 @@ Examples:
       --clients 20 --scale book --seeds 0 1
   python -m fedlib run --method fedgpa --hp mu=0.4 --set lr=0.05 rounds=30
   python -m fedlib list
+  python -m fedlib records fedgpa --workers 8   # paper-scale grid -> results/fedgpa/ (a GPU is advised)
   python -m fedlib book            # execute the notebooks of book/experiments.yml and build the book
 """
 from __future__ import annotations
@@ -58,6 +59,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--cache", default=None, help="result cache folder (default .fedlib-cache); 'none' disables")
     run.add_argument("--out", default=None, help="write the result records of all runs to this JSON file")
     run.add_argument("--no-progress", action="store_true")
+    rec = sub.add_parser("records", help="run a chapter's paper-scale grid and write its records to results/<chapter>/")
+    rec.add_argument("chapter", help="a chapter with a paper_grid() in fedlib/studies (e.g. fedgpa)")
+    rec.add_argument("--device", default="auto", help="cuda | cpu | auto (cuda when visible)")
+    rec.add_argument("--executor", default="auto", help="sequential | process | batched | auto (batched on a GPU)")
+    rec.add_argument("--workers", type=int, default=1, help="runs at once (several small runs share one GPU well)")
+    rec.add_argument("--deadline", type=float, default=None, help="seconds: start no run that would end later")
+    rec.add_argument("--seeds", nargs="+", type=int, default=None, help="only these seeds (default: the paper's)")
     sub.add_parser("list", help="methods, datasets, partitions, models and scales with their parameters")
     book = sub.add_parser("book", help="execute the notebooks of the manifest with papermill, then build the book")
     book.add_argument("--manifest", default="book/experiments.yml")
@@ -131,6 +139,25 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_records(args) -> int:
+    import importlib
+
+    from fedlib.studies.common import record_grid, set_runtime
+
+    try:
+        study = importlib.import_module(f"fedlib.studies.{args.chapter}")
+    except ModuleNotFoundError:
+        raise ConfigError("chapter", args.chapter, "a module of fedlib/studies") from None
+    if not hasattr(study, "paper_grid"):
+        raise ConfigError("chapter", args.chapter, "a chapter whose study defines paper_grid()")
+    runtime = set_runtime(args.device, args.executor)
+    summary = record_grid(study.paper_grid(args.seeds), args.chapter, workers=args.workers,
+                          deadline_s=args.deadline, device=runtime["device"], executor=runtime["executor"])
+    print(f"{args.chapter}: {summary['done']} recorded, {summary['skipped']} already there, {summary['left']} left "
+          f"({summary['wall_s']:.0f} s)")
+    return 0
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -139,6 +166,8 @@ def main(argv=None) -> int:
             return 0
         if args.command == "run":
             return cmd_run(args)
+        if args.command == "records":
+            return cmd_records(args)
         if args.command == "book":
             from fedlib.book import build_book
 

@@ -160,6 +160,10 @@ def seed_everything(seed: int) -> None:
 
 
 def code_version() -> str:
+    """fedlib's version and git commit; FEDLIB_CODE_VERSION names the commit where the checkout has no
+    .git (a copy of the working tree sent to another machine)."""
+    if os.environ.get("FEDLIB_CODE_VERSION"):
+        return f"fedlib {fedlib.__version__} ({os.environ['FEDLIB_CODE_VERSION']})"
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
                              text=True, timeout=5).stdout.strip()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -206,3 +207,73 @@ def entropy_rows(W) -> float:
     """Mean over rows of the entropy (nats) of a row-stochastic matrix."""
     W = np.asarray(W, dtype=float)
     return float((-(W * np.log(np.where(W > 0, W, 1))).sum(1)).mean())
+
+
+# ---------------------------------------------------------------------- recording a paper-scale grid
+def _record_one(cfg: Config) -> dict:
+    return run(cfg, cache_dir=None, progress=False)
+
+
+def _gpu_worker_setup():
+    import os
+
+    import torch
+
+    os.environ["TQDM_DISABLE"] = "1"
+    torch.set_num_threads(1)
+
+
+def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_s: float | None = None,
+                device: str = "cuda", executor: str = "batched", root=None, log=print) -> dict:
+    """Run every config that has no current record under ``results/<chapter>/`` and write its record.
+
+    Runs go to ``workers`` processes at once (on a GPU several small runs overlap: each alone leaves
+    the device idle between kernel launches). With ``deadline_s`` no run starts once the runs so
+    far say it would not finish in time, and the call returns at the deadline: finished records are
+    kept, unfinished runs are dropped (run the same command again to go on).
+    Returns {"done": n, "skipped": n, "left": n, "wall_s": s}."""
+    import time
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    import torch
+
+    from fedlib import results
+
+    start = time.time()
+    root = root or results.RESULTS
+    have = {s.record["key"] for s in results.load(chapter, root) if not s.stale}
+    todo = [dataclasses.replace(c, device=device, executor=executor) for c in configs if c.key() not in have]
+    log(f"{chapter}: {len(configs)} configs, {len(configs) - len(todo)} already recorded, {len(todo)} to run "
+        f"on {device} ({executor}) with {workers} worker(s)")
+    durations: list[float] = []
+    done = 0
+    pool = ProcessPoolExecutor(workers, mp_context=torch.multiprocessing.get_context("spawn"),
+                               initializer=_gpu_worker_setup)
+    running: dict = {}
+    queue = list(todo)
+    try:
+        while queue or running:
+            left = None if deadline_s is None else deadline_s - (time.time() - start)
+            guess = 1.3 * max(durations) if durations else 0.0
+            while queue and len(running) < workers and (left is None or left > guess):
+                cfg = queue.pop(0)
+                running[pool.submit(_record_one, cfg)] = (cfg, time.time())
+            if not running:
+                break
+            finished, _ = wait(running, timeout=None if left is None else max(left, 0.0), return_when=FIRST_COMPLETED)
+            if not finished:
+                log(f"deadline: {len(running)} run(s) in flight dropped")
+                break
+            for future in finished:
+                cfg, t0 = running.pop(future)
+                record = future.result()
+                durations.append(time.time() - t0)
+                results.write(record, chapter, root)
+                done += 1
+                log(f"[{done}/{len(todo)} {time.time() - start:6.0f} s] {cfg.method} {cfg.hyper or ''} seed {cfg.seed}: "
+                    f"{record['wall_time_s']:.0f} s, final {json.dumps({k: round(v, 4) for k, v in record['final'].items() if k.endswith('_acc')})}")
+    finally:
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+    return {"done": done, "skipped": len(configs) - len(todo), "left": len(todo) - done, "wall_s": time.time() - start}

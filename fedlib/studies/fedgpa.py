@@ -155,3 +155,24 @@ def verdicts(runs: dict, settings, s_values, methods, ablation: dict | None = No
                 f"mean self-weight alpha {selves[hi][0]:.3f} -> {selves[lo][0]:.3f}, beta {selves[hi][1]:.3f} -> "
                 f"{selves[lo][1]:.3f}", selves[lo][0] > selves[hi][0] and selves[lo][1] > selves[hi][1]))
     return claims
+
+
+# ---------------------------------------------------------------------- the paper-scale grid
+def paper_grid(seeds=None) -> list[Config]:
+    """Every paper-scale configuration the chapter reads from ``results/fedgpa/``, most needed first:
+    Table 2/4/5 one seed at a time (a partial run still fills whole tables), then the Table 3 ablation
+    and the mu sweep of Fig. 3. Duplicates (the ablation's full model is FedGPA) are dropped."""
+    sc = SCALES["paper"]
+    seeds = sc["seeds"] if seeds is None else seeds
+    out = [config(m, st, s, "paper", seed=seed) for seed in seeds for st in (1, 2, 3) for s in (20, 80)
+           for m in METHODS]
+    out += [config("fedgpa", 1, 20, "paper", seed=seed, hyper=hp) for seed in seeds for hp, _ in ABLATION.values()]
+    out += [config("fedgpa", 3, s, "paper", seed=seed, hyper={"mu": mu}) for seed in sc["sweep_seeds"]
+            for s in (20, 80) for mu in MU_SWEEP]
+    unique = {}
+    for cfg in out:
+        unique.setdefault(cfg.key(), cfg)
+    return list(unique.values())
+
+
+MU_SWEEP = [0.0, 0.25, 0.5, 0.75, 1.0]
