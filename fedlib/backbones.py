@@ -97,11 +97,10 @@ def _ccexam(dataset: str) -> nn.Module:
 
 
 def _ccexam_prepare(dataset: str):
-    from ccexam.constants import DATASET_STATS
-
-    stats = DATASET_STATS[dataset]
-
     def prepare(x, _size=None):  # the digit CNNs take their own fixed input size
+        from ccexam.constants import DATASET_STATS  # imported on use: fedlib imports without the extra
+
+        stats = DATASET_STATS[dataset]
         size = stats["image_size"]
         if stats["grayscale"]:
             x = x.mean(1, keepdim=True)
