@@ -153,9 +153,9 @@ def cmd_records(args) -> int:
     runtime = set_runtime(args.device, args.executor)
     summary = record_grid(study.paper_grid(args.seeds), args.chapter, workers=args.workers,
                           deadline_s=args.deadline, device=runtime["device"], executor=runtime["executor"])
-    print(f"{args.chapter}: {summary['done']} recorded, {summary['skipped']} already there, {summary['left']} left "
+    print(f"{args.chapter}: {summary['done']} recorded, {summary['failed']} failed, {summary['skipped']} already there, {summary['left']} left "
           f"({summary['wall_s']:.0f} s)")
-    return 0
+    return 1 if summary["failed"] else 0
 
 
 def main(argv=None) -> int:

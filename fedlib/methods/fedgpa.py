@@ -56,7 +56,7 @@ def prototype_distances(protos: torch.Tensor, counts: torch.Tensor) -> torch.Ten
 
 def extractor_weights(P: torch.Tensor, sizes: torch.Tensor, mu: float) -> np.ndarray:
     """Eq. 9-11: alpha_ij from inverse distances (self = nearest peer) mixed with sample sizes."""
-    P = P.double().clone()
+    P, sizes = P.double().cpu().clone(), sizes.cpu()
     m = len(P)
     if m > 1:
         off = P + torch.diag(torch.full((m,), float("inf"), dtype=P.dtype))
@@ -102,7 +102,7 @@ class FedGPA(PerClientAggregation, PrototypeSharing):
         ids, ups = list(uploads), list(uploads.values())
         counts = torch.stack([u["counts"] for u in ups])
         protos = pad_prototypes(torch.stack([u["protos"] for u in ups]), counts, server.state["protos"])
-        sizes = counts.sum(1)
+        sizes = counts.sum(1).cpu()
         fedavg = np.tile((sizes / sizes.sum()).double().numpy(), (len(ids), 1))
         alpha = extractor_weights(prototype_distances(protos, counts), sizes, self.hp.mu) if self.hp.gpa_f else fedavg
         beta = classifier_weights(protos, counts, torch.stack([u["variance"] for u in ups])) if self.hp.gpa_c else fedavg

@@ -231,7 +231,8 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
     the device idle between kernel launches). With ``deadline_s`` no run starts once the runs so
     far say it would not finish in time, and the call returns at the deadline: finished records are
     kept, unfinished runs are dropped (run the same command again to go on).
-    Returns {"done": n, "skipped": n, "left": n, "wall_s": s}."""
+    A run that raises is logged and counted, and the others go on.
+    Returns {"done": n, "failed": n, "skipped": n, "left": n, "wall_s": s}."""
     import time
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -246,7 +247,7 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
     log(f"{chapter}: {len(configs)} configs, {len(configs) - len(todo)} already recorded, {len(todo)} to run "
         f"on {device} ({executor}) with {workers} worker(s)")
     durations: list[float] = []
-    done = 0
+    done = failed = 0
     pool = ProcessPoolExecutor(workers, mp_context=torch.multiprocessing.get_context("spawn"),
                                initializer=_gpu_worker_setup)
     running: dict = {}
@@ -266,7 +267,12 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
                 break
             for future in finished:
                 cfg, t0 = running.pop(future)
-                record = future.result()
+                try:
+                    record = future.result()
+                except Exception as exc:  # one broken config must not cost the others' device time
+                    failed += 1
+                    log(f"FAILED {cfg.method} {cfg.hyper or ''} seed {cfg.seed}: {type(exc).__name__}: {exc}")
+                    continue
                 durations.append(time.time() - t0)
                 results.write(record, chapter, root)
                 done += 1
@@ -276,4 +282,5 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
         for proc in list(getattr(pool, "_processes", {}).values()):
             proc.kill()
         pool.shutdown(wait=False, cancel_futures=True)
-    return {"done": done, "skipped": len(configs) - len(todo), "left": len(todo) - done, "wall_s": time.time() - start}
+    return {"done": done, "failed": failed, "skipped": len(configs) - len(todo), "left": len(todo) - done - failed,
+            "wall_s": time.time() - start}
