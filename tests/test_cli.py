@@ -35,3 +35,13 @@ def test_run_prints_a_table(capsys, tmp_path):
     out = capsys.readouterr().out
     assert "fedgpa" in out and "±" in out and "personal local acc" in out
     assert out_json.exists()
+
+
+@pytest.mark.parametrize("chapter, words", [("nosuch", "a module of fedlib/studies"),
+                                            ("fedpcl", "paper_grid()")])
+def test_records_names_what_chapters_it_can_record(capsys, chapter, words):
+    from fedlib.cli import main
+
+    assert main(["records", chapter, "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and words in err and "Traceback" not in err

@@ -15,7 +15,7 @@ DIGITS = dict(dataset="digits", partition={"name": "dirichlet", "alpha": 1.0, "m
               rounds=4, local_epochs=1, batch_size=32, lr=0.05, eval_every=2)
 
 
-def per_chapter(paths, n=2):
+def per_chapter(paths, n=1):
     """A few records of every chapter (the integrity test replays these)."""
     out, seen = [], {}
     for p in paths:
@@ -144,3 +144,40 @@ def test_fedpcl_claims_against_hand_made_results():
     claims = fedpcl.verdicts(table2, alpha, clients, t5, t6)
     assert [c.holds for c in claims] == [True, True, True, False, True, False, True]
     assert "best at 1 of 2 values of alpha (0.5)" in claims[3].ours
+
+
+def test_record_grid_writes_each_record_once_and_goes_on_after_a_failure(tmp_path):
+    from fedlib.studies.common import record_grid
+
+    good = [make_config(method="fedavg", **{**DIGITS, "rounds": 1}, seed=s) for s in (0, 1)]
+    broken = make_config(method="fedavg", **{**DIGITS, "rounds": 1, "dataset": "cifar10"})  # no files offline
+    lines = []
+    summary = record_grid(good + [broken], "demo", workers=2, device="cpu", executor="sequential", root=tmp_path,
+                          log=lines.append)
+    assert (summary["done"], summary["failed"], summary["skipped"], summary["left"]) == (2, 1, 0, 0)
+    assert sorted(p.stem for p in (tmp_path / "demo").glob("*.json")) == sorted(c.key() for c in good)
+    assert any(line.startswith("FAILED fedavg") for line in lines)
+    stored = results.load("demo", tmp_path)
+    assert all(not s.stale and s.record["executor"] == "sequential" for s in stored)
+    again = record_grid(good, "demo", workers=2, device="cpu", executor="sequential", root=tmp_path, log=lines.append)
+    assert (again["done"], again["skipped"]) == (0, 2)
+
+
+def test_record_grid_starts_nothing_past_its_deadline(tmp_path):
+    from fedlib.studies.common import record_grid
+
+    cfgs = [make_config(method="fedavg", **{**DIGITS, "rounds": 1}, seed=s) for s in range(3)]
+    summary = record_grid(cfgs, "demo", workers=1, deadline_s=0.0, device="cpu", executor="sequential",
+                          root=tmp_path, log=lambda line: None)
+    assert (summary["done"], summary["left"]) == (0, 3)
+    assert not (tmp_path / "demo").exists() or not list((tmp_path / "demo").glob("*.json"))
+
+
+def test_fedgpa_paper_grid_is_complete_unique_and_ordered_by_need():
+    grid = fedgpa.paper_grid()
+    keys = [c.key() for c in grid]
+    assert len(keys) == len(set(keys))
+    table = [c for c in grid if not c.hyper]
+    assert len(table) >= 10 * 3 * 2 * 3  # Table 2/4/5: methods x settings x s x seeds (+ the sweep's default mu)
+    first = grid[:60]  # one seed of every table cell comes first
+    assert {c.seed for c in first} == {0} and len({(c.method, json.dumps(c.partition, sort_keys=True)) for c in first}) == 60
