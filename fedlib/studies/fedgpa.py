@@ -40,7 +40,7 @@ ABLATION = {"None": ({"lga": False, "gpa_c": False, "gpa_f": False}, 86.71),
 # Training budget per scale. n_divisor shrinks every client's n (Setting 1: 600 -> 600/n_divisor).
 SCALES = {
     "ci": dict(rounds=2, local_epochs=1, n_divisor=10, seeds=[0], sweep_seeds=[0], eval_every=1, global_test=2000),
-    "book": dict(rounds=10, local_epochs=1, n_divisor=3, seeds=[0, 1], sweep_seeds=[0], eval_every=2, global_test=2000),
+    "book": dict(rounds=8, local_epochs=1, n_divisor=4, seeds=[0], sweep_seeds=[0], eval_every=2, global_test=2000),
     "paper": dict(rounds=150, local_epochs=5, n_divisor=1, seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], eval_every=5,
                   global_test=None),
 }

@@ -81,7 +81,7 @@ SCALES = {
     "ci": dict(clients=10, fraction=0.4, per_class=100, rounds=2, head=1, body=1, eval_every=1, last=1,
                seeds=[0], sweep_seeds=[0], new_clients=2, datasets=["fmnist", "mnist"], gammas=[0.1],
                creff={"match_epochs": 5, "crt_epochs": 3}, fedic={"server_steps": 5, "distill_steps": 5}),
-    "book": dict(clients=20, fraction=0.4, per_class=250, rounds=6, head=1, body=2, eval_every=3, last=1,
+    "book": dict(clients=20, fraction=0.4, per_class=150, rounds=6, head=1, body=2, eval_every=3, last=1,
                  seeds=[0, 1], sweep_seeds=[0], new_clients=4, datasets=["fmnist", "mnist"], gammas=[0.1],
                  creff={"match_epochs": 20, "crt_epochs": 10},
                  fedic={"server_steps": 10, "distill_steps": 10, "batch_unlabeled": 32}),

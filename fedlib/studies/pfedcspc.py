@@ -79,7 +79,7 @@ SCALES = {
     "ci": dict(datasets=["digits"], clients=6, per_class=None, rounds=2, epochs=1, lr=0.05, eval_every=1, seeds=[0],
                main_seeds=[0], server_epochs=2, etf_rounds=1, global_test=None, fig6=[(1, 5)], clusters=[1],
                betas=[0.5], model="cnn_cspc"),
-    "book": dict(datasets=["fmnist"], clients=10, per_class=500, rounds=8, epochs=2, lr=0.03, eval_every=2, seeds=[0],
+    "book": dict(datasets=["fmnist"], clients=10, per_class=300, rounds=8, epochs=1, lr=0.03, eval_every=2, seeds=[0],
                  main_seeds=[0], server_epochs=5, etf_rounds=2, kappa=0.1, global_test=2000, fig6=[(1, 5), (5, 1)],
                  clusters=[1], betas=[0.5], model="cnn_cspc"),
     "paper": dict(datasets=["fmnist", "mnist"], clients=10, per_class=None, rounds=100, epochs=10, lr=0.01, eval_every=1,
