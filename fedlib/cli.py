@@ -4,6 +4,7 @@ Examples:
   python -m fedlib run --method fedavg fedproto fedpac --dataset fmnist --partition skew s=20 setting=1 \\
       --clients 20 --scale book --seeds 0 1
   python -m fedlib run --method fedgpa --hp mu=0.4 --set lr=0.05 rounds=30
+  python -m fedlib run --method fedproto --dataset digits --engine flower   # through Flower's simulation runtime
   python -m fedlib list
   python -m fedlib records fedgpa --workers 8   # paper-scale grid -> results/fedgpa/ (a GPU is advised)
   python -m fedlib book            # execute the notebooks of book/experiments.yml and build the book
@@ -55,6 +56,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="sequential | process | batched: how a round's clients train: one after another (reference), in CPU worker processes, "
                           "or together with torch.func on one device")
     run.add_argument("--workers", type=int, default=None, help="worker processes of --executor process")
+    run.add_argument("--engine", default="inprocess",
+                     help="inprocess | flower: clients trained by this process, or on Flower nodes of a simulation "
+                          "(Ray; needs the 'flower' extra)")
     run.add_argument("--download", action="store_true", help="let torchvision download online datasets")
     run.add_argument("--cache", default=None, help="result cache folder (default .fedlib-cache); 'none' disables")
     run.add_argument("--out", default=None, help="write the result records of all runs to this JSON file")
@@ -109,7 +113,7 @@ def cmd_run(args) -> int:
         os.environ["FEDLIB_DOWNLOAD"] = "1"
     partition = {"name": args.partition[0], **_pairs(args.partition[1:], "--partition")}
     base = dict(dataset=args.dataset, partition=partition, num_clients=args.num_clients, device=args.device,
-                executor=args.executor, workers=args.workers)
+                executor=args.executor, workers=args.workers, engine=args.engine)
     base.update(_pairs(args.set, "--set"))
     hyper = _pairs(args.hp, "--hp")
     configs = []

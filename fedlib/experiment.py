@@ -60,9 +60,10 @@ class Config:
     eval_finetune_epochs: int = 0  # evaluate methods without personal models after this much local fine-tuning
     executor: str = "sequential"   # sequential | process | batched: how a round's clients are trained
     workers: int | None = None     # worker processes of the "process" executor (default: CPU count)
+    engine: str = "inprocess"      # inprocess | flower: clients trained in this process, or on Flower nodes
 
     # fields that do not change results beyond float rounding: not part of the cache key
-    RUNTIME_FIELDS = ("device", "executor", "workers")
+    RUNTIME_FIELDS = ("device", "executor", "workers", "engine")
 
     def key(self) -> str:
         """Hash of everything that changes the result. Fields left at their 'off' defaults are
@@ -93,6 +94,9 @@ FIELDS = {f.name for f in dataclasses.fields(Config)}
 # fields whose default leaves results as they were before the field existed: omitted from the key then
 OFF_BY_DEFAULT = {"data_options": {}, "backbones": None, "metrics": [], "eval_clients": "all", "average_global": False,
                   "late_clients": 0, "late_round": 0, "eval_finetune_epochs": 0}
+
+
+ENGINES = ("inprocess", "flower")
 
 
 def make_config(**kwargs) -> Config:
@@ -136,6 +140,12 @@ def validate(cfg: Config) -> None:
     check(cfg.executor in EXECUTORS, "executor", cfg.executor, f"one of {', '.join(EXECUTORS)}")
     check(cfg.executor != "process" or cfg.device == "cpu", "executor", cfg.executor,
           "'sequential' or 'batched' on a CUDA device (the process executor trains on the CPU)")
+    check(cfg.engine in ENGINES, "engine", cfg.engine, f"one of {', '.join(ENGINES)}")
+    if cfg.engine == "flower":
+        import importlib.util
+
+        check(importlib.util.find_spec("flwr") is not None and importlib.util.find_spec("ray") is not None, "engine",
+              cfg.engine, "'inprocess' (Flower is not installed: pip install -e '.[flower]')")
     check(cfg.workers is None or (isinstance(cfg.workers, (int, np.integer)) and cfg.workers >= 1), "workers",
           cfg.workers, "a positive integer or None")
     check(isinstance(cfg.backbone_input, (int, np.integer)) and cfg.backbone_input >= 16, "backbone_input",
@@ -197,8 +207,9 @@ def _jsonable(obj):
     return str(obj)
 
 
-def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = ""):
-    """Data, model, method and the Federation for a validated config."""
+def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = "", executor=None):
+    """Data, model, method and the Federation for a validated config. ``executor``: a factory
+    ``(setup, trainer) -> executor`` used instead of ``cfg.executor`` (the Flower engine's)."""
     from fedlib.data import federate, load_dataset
     from fedlib.engine.loop import Federation
     from fedlib.methods import make_method
@@ -217,10 +228,10 @@ def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = ""):
     return Federation(fed, model, method, seed=cfg.seed, rounds=cfg.rounds, local_epochs=cfg.local_epochs,
                       batch_size=cfg.batch_size, lr=cfg.lr, fraction=cfg.fraction, eval_every=cfg.eval_every,
                       optimizer=cfg.optimizer, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
-                      metrics=cfg.metric_sets(), global_test_size=cfg.global_test_size, executor=cfg.executor,
+                      metrics=cfg.metric_sets(), global_test_size=cfg.global_test_size,
                       eval_clients=cfg.eval_clients, average_global=cfg.average_global,
                       late_clients=cfg.late_clients, late_round=cfg.late_round,
-                      eval_finetune_epochs=cfg.eval_finetune_epochs,
+                      eval_finetune_epochs=cfg.eval_finetune_epochs, executor=executor or cfg.executor,
                       executor_options={"workers": cfg.workers}, checkpoint=checkpoint, progress=progress, desc=desc)
 
 
@@ -237,23 +248,35 @@ def run(cfg: Config, cache_dir: str | os.PathLike | None = DEFAULT_CACHE, progre
         checkpoint = Path(cache_dir) / f"{cfg.key()}.ckpt"
         if record_path.exists() and not callbacks:
             return json.loads(record_path.read_text())
-    fed = build(cfg, progress=progress, checkpoint=checkpoint, desc=desc or f"{cfg.method} seed {cfg.seed}")
-    fed.on_round.extend(callbacks)
+    desc = desc or f"{cfg.method} seed {cfg.seed}"
     started = time.time()
-    history = fed.run()
-    record = {
+    if cfg.engine == "flower":
+        from fedlib.flower import simulate
+
+        fed = simulate(cfg, checkpoint=checkpoint, progress=progress, desc=desc, callbacks=callbacks)
+    else:
+        fed = build(cfg, progress=progress, checkpoint=checkpoint, desc=desc)
+        fed.on_round.extend(callbacks)
+        fed.run()
+    record = record_of(cfg, fed, started)
+    if record_path is not None:
+        _atomic_json(record_path, record)
+        checkpoint.unlink(missing_ok=True)
+    return record
+
+
+def record_of(cfg: Config, fed, started: float) -> dict:
+    """The result record of a finished Federation (``started``: when this session began)."""
+    history = fed.history
+    return {
         "config": dataclasses.asdict(cfg), "key": cfg.key(), "seed": cfg.seed, "code_version": code_version(),
-        "device": device_description(cfg.device),
-        "executor": cfg.executor,
+        "device": device_description(cfg.device), "engine": cfg.engine,
+        "executor": fed.executor.name,
         "wall_time_s": fed.elapsed, "history": history, "final": history[-1],
         "final_confusions": {k: [np.asarray(c).tolist() for c in v] for k, v in fed.final_confusions.items()},
         "train_counts": fed.data.train_counts.tolist(), "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
         "resumed": fed.start_round > 0, "session_wall_s": time.time() - started,
     }
-    if record_path is not None:
-        _atomic_json(record_path, record)
-        checkpoint.unlink(missing_ok=True)
-    return record
 
 
 def run_seeds(cfg: Config, seeds, **kwargs) -> list[dict]:

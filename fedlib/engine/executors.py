@@ -236,7 +236,10 @@ class ProcessExecutor:
         pass  # the pool is kept for the next run with the same data (see POOLS)
 
 
-def make_executor(name: str, setup: Setup, trainer: Trainer, **options):
+def make_executor(name, setup: Setup, trainer: Trainer, **options):
+    """The executor called ``name``, or the one a factory ``name(setup, trainer, **options)`` makes."""
+    if callable(name):
+        return name(setup, trainer, **options)
     kinds = {"sequential": SequentialExecutor, "process": ProcessExecutor, "batched": BatchedExecutor}
     if name not in kinds:
         raise ConfigError("executor", name, f"one of {', '.join(EXECUTORS)}")

@@ -1,0 +1,124 @@
+"""fedlib on Flower: messages survive Flower's records; a config run through Flower's simulation runtime
+(Ray, loopback only) gives the in-process engine's metrics; a failing client stops the run with its
+error instead of hanging it; no process is left behind."""
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+flwr = pytest.importorskip("flwr")
+pytest.importorskip("ray")
+psutil = pytest.importorskip("psutil")
+
+from fedlib.cli import main  # noqa: E402
+from fedlib.errors import ConfigError  # noqa: E402
+from fedlib.experiment import make_config, run, validate  # noqa: E402
+from fedlib.flower import ClientFailed, simulate  # noqa: E402
+from fedlib.flower.codec import UnsendableValue, from_records, to_records  # noqa: E402
+
+# Flower's clients train with one thread each, the in-process engine with the process's threads: float
+# sums may differ in the last bits, nothing more.
+TOLERANCE = 1e-5
+
+
+def digits_config(method: str, **hyper):
+    return make_config(method=method, dataset="digits", partition={"name": "dirichlet", "alpha": 0.5}, num_clients=4,
+                       rounds=2, local_epochs=1, batch_size=32, lr=0.05, hyper=hyper)
+
+
+def assert_same_metrics(a: dict, b: dict, tol=TOLERANCE, where="history"):
+    assert a.keys() == b.keys(), where
+    for key in a:
+        if key == "elapsed_s":
+            continue
+        if isinstance(a[key], dict):   # a method's round log (FedGPA's weights)
+            assert_same_metrics(a[key], b[key], tol, f"{where}.{key}")
+            continue
+        x, y = np.asarray(a[key], dtype=float), np.asarray(b[key], dtype=float)
+        assert np.allclose(x, y, atol=tol, rtol=tol, equal_nan=True), (f"{where}.{key}", a[key], b[key])
+
+
+def no_processes_left(grace_s: float = 20.0) -> bool:
+    """True when every process the test started (Ray's, Flower's) has ended, allowing ``grace_s`` for
+    the last ones to exit."""
+    import time
+
+    end = time.time() + grace_s
+    while True:
+        alive = [p for p in psutil.Process().children(recursive=True)
+                 if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+        if not alive or time.time() > end:
+            return not alive
+        time.sleep(0.5)
+
+
+def test_messages_round_trip_through_flower_records():
+    message = {"prototypes": {3: torch.randn(8), 7: torch.randn(8)}, "mask": torch.tensor([True, False]),
+               "counts": np.array([4, 0, 2]), "pair": (1, 2.5), "missing": None, "loss": float("nan"),
+               "name": "fedgpa", "models": [{"w": torch.zeros(2, 3, dtype=torch.float64)}], (0, 1): "tuple key"}
+    records = to_records(message)
+    assert isinstance(records, flwr.app.RecordDict)
+    back = from_records(records)
+    assert set(back) == set(message) and set(back["prototypes"]) == {3, 7}
+    assert torch.equal(back["prototypes"][3], message["prototypes"][3])
+    assert back["mask"].dtype == torch.bool and back["mask"].tolist() == [True, False]
+    assert back["models"][0]["w"].dtype == torch.float64
+    assert np.array_equal(back["counts"], message["counts"]) and back["pair"] == (1, 2.5)
+    assert back["missing"] is None and math.isnan(back["loss"]) and back[(0, 1)] == "tuple key"
+    with pytest.raises(UnsendableValue, match=r"upload\['ids'\] is a set"):
+        to_records({"ids": {1, 2}}, "upload")
+
+
+@pytest.mark.parametrize("method, hyper", [("fedproto", {}), ("fedgpa", {"mu": 0.4})])
+def test_flower_simulation_gives_the_in_process_metrics(method, hyper):
+    cfg = digits_config(method, **hyper)
+    local = run(cfg, cache_dir=None, progress=False)
+    flower = run(dataclasses.replace(cfg, engine="flower"), cache_dir=None, progress=False)
+    assert flower["engine"] == "flower" and flower["executor"] == "flower" and local["engine"] == "inprocess"
+    assert len(flower["history"]) == len(local["history"]) == 2
+    for a, b in zip(local["history"], flower["history"]):
+        assert_same_metrics(a, b)
+    assert flower["key"] == local["key"]   # the engine does not change the result: same cache entry
+    assert no_processes_left()
+
+
+def test_command_line_engine_flower_writes_the_in_process_record(tmp_path):
+    args = ["run", "--method", "fedavg", "--dataset", "digits", "--partition", "dirichlet", "alpha=0.5", "--clients",
+            "4", "--scale", "ci", "--set", "batch_size=32", "lr=0.05", "--cache", "none", "--no-progress"]
+    assert main([*args, "--out", str(tmp_path / "local.json")]) == 0
+    assert main([*args, "--engine", "flower", "--out", str(tmp_path / "flower.json")]) == 0
+    local, flower = (json.loads((tmp_path / f"{n}.json").read_text())[0] for n in ("local", "flower"))
+    assert set(local) == set(flower)  # the same record, field for field
+    assert flower["config"]["engine"] == "flower"
+    assert_same_metrics(local["final"], flower["final"])
+    assert no_processes_left()
+
+
+def test_a_client_that_raises_stops_the_run_with_its_error():
+    from flwr.clientapp import ClientApp
+
+    from fedlib.flower.apps import RUN, train
+
+    faulty = ClientApp()
+
+    @faulty.train()
+    def fail_for_client_one(msg, context):
+        if from_records(msg.content)["client_id"] == 1:
+            raise RuntimeError("disk full on client 1")
+        assert RUN in msg.content.config_records
+        return train(msg, context)
+
+    cfg = dataclasses.replace(digits_config("fedavg"), engine="flower")
+    with pytest.raises(ClientFailed, match=r"^client 1 failed on its Flower node \(round 1\): "
+                                          r"RuntimeError: disk full on client 1$") as failure:
+        simulate(cfg, client=faulty, timeout=120)
+    assert "fail_for_client_one" in failure.value.detail   # the node's whole report is kept
+    assert no_processes_left()
+
+
+def test_engine_is_validated():
+    with pytest.raises(ConfigError, match="engine='ray' is not allowed: one of inprocess, flower"):
+        validate(dataclasses.replace(digits_config("fedavg"), engine="ray"))
