@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -143,14 +144,21 @@ def extract(name: str, images: torch.Tensor, cache_dir: Path | None = None, chun
     if cache_dir is not None:
         path = Path(cache_dir) / "features" / f"{name}-{input_size if spec.resizable else 0}-{_digest(images)}.pt"
         if path.exists():
-            return torch.load(path, weights_only=True)
+            try:
+                return torch.load(path, weights_only=True)
+            except Exception as exc:  # truncated by a crash: set aside and recompute
+                from fedlib.engine.loop import set_aside
+
+                moved = set_aside(path)
+                print(f"fedlib: cached features {path} could not be read ({type(exc).__name__}); moved to "
+                      f"{moved.name}; recomputing", file=sys.stderr)
     net = backbone_module(name)
     feats = torch.cat([net(spec.prepare(images[i:i + chunk], input_size)) for i in range(0, len(images), chunk)])
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save(feats, tmp)
-        os.replace(tmp, path)
+        from fedlib.engine.loop import atomic_save
+
+        atomic_save(feats, path)
     return feats
 
 

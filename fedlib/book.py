@@ -44,6 +44,18 @@ def jobs(manifest: dict, only: str | None):
                 yield chapter["notebook"], name, conf
 
 
+def check_parameters(notebook: str, name: str, conf: dict) -> None:
+    """Refuse a configuration that sets a parameter its notebook does not declare (papermill would inject
+    it silently and the notebook would run with its default)."""
+    import papermill
+
+    declared = papermill.inspect_notebook(str(ROOT / notebook))
+    for key, value in (conf.get("parameters") or {}).items():
+        if key not in declared:
+            raise ConfigError(f"{notebook} [{name}] parameter {key}", value,
+                              f"a parameter of {Path(notebook).name}: {', '.join(declared) or 'none'}")
+
+
 def execute(notebook: str, name: str, conf: dict) -> tuple[bool, float]:
     """Run one notebook configuration with papermill unless its stamp says it is up to date."""
     import papermill
@@ -104,6 +116,10 @@ def build_book(manifest_path: str = "book/experiments.yml", only: str | None = N
     if not todo:
         names = sorted({n for c in manifest["chapters"] for n in c["configurations"]})
         raise ConfigError("config", only, f"one of {', '.join(names)}")
+    for notebook, name, conf in todo:   # every configuration is checked before the first one runs
+        if not (ROOT / notebook).exists():
+            raise ConfigError(f"{manifest_path}: notebook", notebook, "a notebook path relative to the repository")
+        check_parameters(notebook, name, conf)
     bar = tqdm(todo, desc="notebooks", unit="nb")
     for notebook, name, conf in bar:
         bar.set_postfix_str(f"{Path(notebook).stem} [{name}]")

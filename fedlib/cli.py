@@ -112,18 +112,27 @@ def cmd_run(args) -> int:
 
         os.environ["FEDLIB_DOWNLOAD"] = "1"
     partition = {"name": args.partition[0], **_pairs(args.partition[1:], "--partition")}
+    settings = _pairs(args.set, "--set")
+    for key, option in (("seed", "--seeds"), ("hyper", "--hp"), ("method", "--method")):
+        if key in settings:
+            raise ConfigError(f"--set {key}", settings[key], f"a config field other than {key}: use {option} for it")
     base = dict(dataset=args.dataset, partition=partition, num_clients=args.num_clients, device=args.device,
                 executor=args.executor, workers=args.workers, engine=args.engine)
-    base.update(_pairs(args.set, "--set"))
+    base.update(settings)
     hyper = _pairs(args.hp, "--hp")
-    configs = []
-    for method in args.method:
-        cfg = make_config(method=method, hyper=hyper if len(args.method) == 1 else {}, **base)
-        cfg = cfg.with_scale(args.scale)
-        cfg = dataclasses.replace(cfg, **{k: v for k, v in _pairs(args.set, "--set").items()})
-        validate(cfg)
-        configs.append(cfg)
+    configs = [make_config(method=method, hyper=hyper_for(method, hyper, len(args.method) > 1), **base)
+               for method in args.method]
+    configs = [dataclasses.replace(cfg.with_scale(args.scale), **settings) for cfg in configs]
+    for cfg in configs:
+        for seed in args.seeds:   # every run's config is checked before the first one trains
+            validate(dataclasses.replace(cfg, seed=seed))
+    if len(args.method) > 1:
+        check_hyper_used(args.method, hyper)
     cache = None if args.cache == "none" else (args.cache or DEFAULT_CACHE)
+    if cache is not None:
+        check_writable_folder(cache, "--cache")
+    if args.out:
+        check_writable_file(args.out, "--out")
     from fedlib.data import load_dataset
 
     load_dataset(args.dataset)  # fail early on missing files
@@ -141,6 +150,55 @@ def cmd_run(args) -> int:
         with open(args.out, "w") as f:
             json.dump(records, f, indent=1)
     return 0
+
+
+def hyper_for(method: str, hyper: dict, several: bool) -> dict:
+    """The ``--hp`` values a method takes: with several methods, each gets those of its own hyperparameters;
+    a value that none of them has is refused (never silently dropped)."""
+    if not several:
+        return hyper
+    import dataclasses as dc
+
+    from fedlib.methods import METHODS
+
+    if method not in METHODS:
+        raise ConfigError("method", method, f"one of {', '.join(METHODS)}")
+    names = {f.name for f in dc.fields(METHODS[method].Hyper)}
+    return {k: v for k, v in hyper.items() if k in names}
+
+
+def check_hyper_used(methods: list[str], hyper: dict) -> None:
+    from fedlib.methods import METHODS
+
+    import dataclasses as dc
+
+    for key, value in hyper.items():
+        if not any(m in METHODS and key in {f.name for f in dc.fields(METHODS[m].Hyper)} for m in methods):
+            raise ConfigError(f"hyper.{key}", value, f"a hyperparameter of at least one of {', '.join(methods)}")
+
+
+def check_writable_folder(path, option: str) -> None:
+    """Refuse a folder that cannot be created or written, before any training."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    try:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
+    except OSError as exc:
+        raise ConfigError(option, os.fspath(path), f"a folder fedlib can create and write ({exc.strerror})") from None
+
+
+def check_writable_file(path, option: str) -> None:
+    import os
+    from pathlib import Path
+
+    folder = Path(path).resolve().parent
+    if Path(path).is_dir():
+        raise ConfigError(option, os.fspath(path), "a file path (this is a folder)")
+    check_writable_folder(folder, option)
 
 
 def cmd_records(args) -> int:

@@ -20,3 +20,65 @@ class TrainingDiverged(RuntimeError):
 def check(condition: bool, field: str, value, allowed: str) -> None:
     if not condition:
         raise ConfigError(field, value, allowed)
+
+
+def _rule(annotation):
+    """(test, description) of a type annotation, or None for annotations not checked here."""
+    import math
+    import numbers
+    import types
+    import typing
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        rules = [_rule(a) for a in args if a is not type(None)]
+        if any(r is None for r in rules):
+            return None
+        optional = type(None) in args
+        return (lambda v: (optional and v is None) or any(test(v) for test, _ in rules),
+                " or ".join(d for _, d in rules) + (" or None" if optional else ""))
+    base = origin or annotation
+    if base is bool:
+        return (lambda v: isinstance(v, bool), "true or false")
+    if base is int:
+        return (lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool), "an integer")
+    if base is float:
+        return (lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v),
+                "a finite number")
+    if base is str:
+        return (lambda v: isinstance(v, str), "a string")
+    if base is dict:
+        return (lambda v: isinstance(v, dict), "a mapping {key: value}")
+    if base in (list, tuple):
+        return (lambda v: isinstance(v, (list, tuple)), "a list")
+    if base is typing.Sequence or getattr(base, "__name__", "") == "Sequence":
+        return (lambda v: isinstance(v, (list, tuple)), "a list")
+    return None
+
+
+def check_type(field: str, value, annotation) -> None:
+    """Refuse ``value`` unless it has the annotated type (bools are not numbers, numbers must be finite)."""
+    rule = _rule(annotation)
+    if rule is not None and not rule[0](value):
+        raise ConfigError(field, value, rule[1])
+
+
+def check_fields(obj, prefix: str = "") -> None:
+    """``check_type`` for every field of the dataclass instance ``obj``."""
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(type(obj))
+    for f in dataclasses.fields(obj):
+        if f.name in hints:
+            check_type(prefix + f.name, getattr(obj, f.name), hints[f.name])
+
+
+def check_arguments(fn, kwargs: dict, prefix: str = "") -> None:
+    """``check_type`` for the keyword arguments of a call of ``fn`` that its signature annotates."""
+    import typing
+
+    hints = typing.get_type_hints(fn)
+    for key, value in kwargs.items():
+        if key in hints:
+            check_type(prefix + key, value, hints[key])

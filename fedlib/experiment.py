@@ -1,6 +1,7 @@
 """run(config) -> result record. Seeds, validation, result cache keyed by config hash, resume."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -8,6 +9,7 @@ import os
 import platform
 import random
 import subprocess
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +18,7 @@ import numpy as np
 import torch
 
 import fedlib
-from fedlib.errors import check
+from fedlib.errors import check, check_fields
 
 DEFAULT_CACHE = Path(os.environ.get("FEDLIB_CACHE", Path(__file__).resolve().parents[1] / ".fedlib-cache"))
 
@@ -114,6 +116,11 @@ def validate(cfg: Config) -> None:
     from fedlib.backbones import BACKBONES
     from fedlib.data.sources import DATASET_NAMES
 
+    check_fields(cfg)   # every field has its declared type: integers, finite numbers, strings, mappings
+    check(0 <= cfg.seed < 2 ** 32, "seed", cfg.seed, "an integer in [0, 2**32 - 1]")
+    check(cfg.global_test_size is None or cfg.global_test_size >= 1, "global_test_size", cfg.global_test_size,
+          "a positive number of test samples, or None for the whole test set")
+
     check(cfg.method in METHODS, "method", cfg.method, f"one of {', '.join(METHODS)}")
     check(cfg.dataset in DATASET_NAMES, "dataset", cfg.dataset, f"one of {', '.join(DATASET_NAMES)}")
     for name in cfg.backbones or []:
@@ -189,10 +196,54 @@ def device_description(device: str) -> str:
 
 
 def _atomic_json(path: Path, obj) -> None:
+    """Write JSON through a temporary file unique to this process, then rename it into place."""
+    import uuid
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, default=_jsonable))
-    os.replace(tmp, path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        tmp.write_text(json.dumps(obj, indent=1, default=_jsonable))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read_cached_record(path: Path) -> dict | None:
+    """A cached record, or None when there is none; an unreadable one (empty, truncated, not a record) is
+    named, moved aside and None is returned, so the run recomputes it."""
+    from fedlib.engine.loop import set_aside
+
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        if not isinstance(record, dict) or "history" not in record or not record["history"]:
+            raise ValueError("it is not a finished run's record")
+        return record
+    except (ValueError, UnicodeDecodeError) as exc:
+        moved = set_aside(path)
+        print(f"fedlib: cached record {path} could not be read ({exc}); moved to {moved.name}; recomputing",
+              file=sys.stderr)
+        return None
+
+
+@contextlib.contextmanager
+def cache_lock(path: Path):
+    """Exclusive lock of one config's cache entry: a second identical run waits for the first and then
+    reads its record instead of training again."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"fedlib: another process is running this config ({path.name}); waiting for it", file=sys.stderr)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _jsonable(obj):
@@ -242,12 +293,16 @@ def run(cfg: Config, cache_dir: str | os.PathLike | None = DEFAULT_CACHE, progre
     With a cache directory, a finished config is read back from ``<cache>/<key>.json`` and an
     interrupted one resumes from ``<cache>/<key>.ckpt``."""
     validate(cfg)
-    record_path = checkpoint = None
-    if cache_dir is not None:
-        record_path = Path(cache_dir) / f"{cfg.key()}.json"
-        checkpoint = Path(cache_dir) / f"{cfg.key()}.ckpt"
-        if record_path.exists() and not callbacks:
-            return json.loads(record_path.read_text())
+    if cache_dir is None:
+        return _run(cfg, None, None, progress, callbacks, desc)
+    key = cfg.key()
+    with cache_lock(Path(cache_dir) / f"{key}.lock"):
+        record_path = Path(cache_dir) / f"{key}.json"
+        record = None if callbacks else read_cached_record(record_path)
+        return record or _run(cfg, record_path, Path(cache_dir) / f"{key}.ckpt", progress, callbacks, desc)
+
+
+def _run(cfg: Config, record_path: Path | None, checkpoint: Path | None, progress: bool, callbacks, desc: str) -> dict:
     desc = desc or f"{cfg.method} seed {cfg.seed}"
     started = time.time()
     if cfg.engine == "flower":
@@ -260,8 +315,10 @@ def run(cfg: Config, cache_dir: str | os.PathLike | None = DEFAULT_CACHE, progre
         fed.run()
     record = record_of(cfg, fed, started)
     if record_path is not None:
+        from fedlib.engine.loop import remove_checkpoint
+
         _atomic_json(record_path, record)
-        checkpoint.unlink(missing_ok=True)
+        remove_checkpoint(checkpoint)
     return record
 
 

@@ -41,15 +41,25 @@ def assert_same_metrics(a: dict, b: dict, tol=TOLERANCE, where="history"):
         assert np.allclose(x, y, atol=tol, rtol=tol, equal_nan=True), (f"{where}.{key}", a[key], b[key])
 
 
-def no_processes_left(grace_s: float = 20.0) -> bool:
-    """True when every process the test started (Ray's, Flower's) has ended, allowing ``grace_s`` for
-    the last ones to exit."""
+def child_pids() -> set:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+@pytest.fixture
+def no_processes_left():
+    """A check that every process started since the test began (Ray's, Flower's) has ended; earlier
+    tests' worker pools (the process executor keeps one) are not the test's."""
+    before = child_pids()
+    return lambda: _ended_since(before)
+
+
+def _ended_since(before: set, grace_s: float = 20.0) -> bool:
     import time
 
     end = time.time() + grace_s
     while True:
         alive = [p for p in psutil.Process().children(recursive=True)
-                 if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+                 if p.pid not in before and p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
         if not alive or time.time() > end:
             return not alive
         time.sleep(0.5)
@@ -73,7 +83,7 @@ def test_messages_round_trip_through_flower_records():
 
 
 @pytest.mark.parametrize("method, hyper", [("fedproto", {}), ("fedgpa", {"mu": 0.4})])
-def test_flower_simulation_gives_the_in_process_metrics(method, hyper):
+def test_flower_simulation_gives_the_in_process_metrics(method, hyper, no_processes_left):
     cfg = digits_config(method, **hyper)
     local = run(cfg, cache_dir=None, progress=False)
     flower = run(dataclasses.replace(cfg, engine="flower"), cache_dir=None, progress=False)
@@ -85,7 +95,7 @@ def test_flower_simulation_gives_the_in_process_metrics(method, hyper):
     assert no_processes_left()
 
 
-def test_command_line_engine_flower_writes_the_in_process_record(tmp_path):
+def test_command_line_engine_flower_writes_the_in_process_record(tmp_path, no_processes_left):
     args = ["run", "--method", "fedavg", "--dataset", "digits", "--partition", "dirichlet", "alpha=0.5", "--clients",
             "4", "--scale", "ci", "--set", "batch_size=32", "lr=0.05", "--cache", "none", "--no-progress"]
     assert main([*args, "--out", str(tmp_path / "local.json")]) == 0
@@ -97,7 +107,7 @@ def test_command_line_engine_flower_writes_the_in_process_record(tmp_path):
     assert no_processes_left()
 
 
-def test_a_client_that_raises_stops_the_run_with_its_error():
+def test_a_client_that_raises_stops_the_run_with_its_error(no_processes_left):
     from flwr.clientapp import ClientApp
 
     from fedlib.flower.apps import RUN, train

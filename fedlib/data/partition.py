@@ -10,7 +10,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from fedlib.errors import ConfigError, check
+from fedlib.errors import ConfigError, check, check_arguments, check_type
 
 
 def _as_choices(value, name: str) -> list[int]:
@@ -69,7 +69,7 @@ def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, al
             return [np.sort(np.array(part, dtype=np.int64)) for part in parts]
     raise ConfigError("min_size", min_size,
                       f"no Dirichlet(alpha={alpha}) draw in {max_tries} tries gave every client that many "
-                      f"samples; lower min_size or raise alpha")
+                      f"samples; raise alpha (less skew) or lower the number of clients (or min_size)")
 
 
 def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
@@ -241,6 +241,9 @@ def partition_with_server(labels: np.ndarray, num_classes: int, num_clients: int
     check(num_clients <= len(labels), "num_clients", num_clients,
           f"at most the number of training samples ({len(labels)})")
     spec.pop("test_fraction", None)
+    for key, annotation in (("repeat", float), ("server", int), ("per_class", int), ("imbalance", float)):
+        if spec.get(key) is not None:
+            check_type(f"partition.{key}", spec[key], annotation)
     repeat = spec.pop("repeat", 0)
     check(isinstance(repeat, (int, float)) and 0 <= repeat < 1, "repeat", repeat, "a ratio in [0, 1)")
     rng = np.random.default_rng(seed)
@@ -270,6 +273,7 @@ def partition_with_server(labels: np.ndarray, num_classes: int, num_clients: int
     for key in spec:
         check(key in allowed, f"partition.{key}", spec[key],
               f"a parameter of '{name}': {', '.join(sorted(PARTITIONERS[name].params)) or 'none'}")
+    check_arguments(PARTITIONERS[name].fn, {k: v for k, v in spec.items() if k != "domains"}, "partition.")
     try:
         parts = PARTITIONERS[name].fn(labels[pool], num_clients, rng, **spec)
     except TypeError as exc:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import bz2
 import functools
 import gzip
+import zlib
 import os
 import pickle
 from dataclasses import dataclass
@@ -59,13 +60,25 @@ class Source:
 
 # ---------------------------------------------------------------- file readers
 
+class DamagedFile(ValueError):
+    """A data file that exists but cannot be read whole (truncated download, partial copy)."""
+
+
 def read_idx(path: Path) -> np.ndarray:
-    """Read an IDX file (MNIST format), plain or gzipped."""
+    """Read an IDX file (MNIST format), plain or gzipped; DamagedFile when it is truncated or not IDX."""
     opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rb") as f:
-        data = f.read()
+    try:
+        with opener(path, "rb") as f:
+            data = f.read()
+    except (EOFError, OSError, zlib.error) as exc:   # gzip.BadGzipFile is an OSError
+        raise DamagedFile(f"{path} cannot be decompressed ({exc})") from None
+    if len(data) < 4 or data[:2] != b"\x00\x00" or data[2] != 0x08 or not 1 <= data[3] <= 4:
+        raise DamagedFile(f"{path} is not an IDX file of bytes ({len(data)} bytes)")
     ndim = data[3]
     shape = tuple(int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim))
+    expected = 4 + 4 * ndim + int(np.prod(shape))
+    if len(data) != expected:
+        raise DamagedFile(f"{path} has {len(data)} bytes where its header announces {expected} (truncated?)")
     return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(shape)
 
 
@@ -82,7 +95,10 @@ def _idx_split(folders: list[Path], prefix: str, name: str, how: str, test: str 
             "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
             f"{test}-images-idx3-ubyte", f"{test}-labels-idx1-ubyte")]
         if all(files):
-            arrays = [read_idx(f) for f in files]
+            try:
+                arrays = [read_idx(f) for f in files]
+            except DamagedFile as exc:
+                raise DataNotFoundError(f"dataset '{name}': {exc}; restore the file (reinstall its package): {how}") from None
             return arrays[0], arrays[1], arrays[2], arrays[3]
     searched = ", ".join(str(f) for f in folders)
     raise DataNotFoundError(f"dataset '{name}': IDX files not found in {searched}; {how}")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -111,6 +112,8 @@ class Federation:
         self.elapsed = 0.0
         self.final_confusions: dict = {}
         self.on_round: list[Callable] = []  # callbacks(federation, round) e.g. to record weights
+        self._client_files: dict[int, str] = {}   # checkpoint shard of each client's slot
+        self._changed: set[int] = set()           # clients whose slot changed since the last checkpoint
 
     # ------------------------------------------------------------------ contexts
     def task(self, client: ClientSlot, t: int) -> ClientTask:
@@ -132,6 +135,7 @@ class Federation:
         self.server.round = t
         chosen = sample_clients(self.data.num_clients, self.fraction, self.seed, t, self.late_clients, self.late_round)
         self.last_participants = chosen
+        self._changed.update(chosen)   # their slots are rewritten at the next checkpoint
         tasks = [self.task(self.clients[i], t) for i in chosen]
         results = self.executor.run(self.method, tasks)
         for r in results:
@@ -173,27 +177,84 @@ class Federation:
         return self.history
 
     # ------------------------------------------------------------------ checkpoints
+    # ``<name>.ckpt`` holds the server, the history and which file holds each client's slot; the slots
+    # live in ``<name>.ckpt.d/c<id>-r<round>.pt`` and are written only when they changed (the round's
+    # participants), so a round with 10 of 1000 clients writes 10 small files, not 1000 models.
     def _state(self, done: int) -> dict:
         return {"round": done, "server": self.server.state, "participants": self.last_participants,
-                "clients": [{"model": c.model, "state": c.state} for c in self.clients],
-                "history": self.history, "elapsed": self.elapsed, "final_confusions": self.final_confusions}
+                "client_files": dict(self._client_files), "history": self.history, "elapsed": self.elapsed,
+                "final_confusions": self.final_confusions, "format": 2}
 
     def _save(self, done: int) -> None:
         if self.checkpoint is None:
             return
-        self.checkpoint.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.checkpoint.with_suffix(".tmp")
-        torch.save(self._state(done), tmp)
-        os.replace(tmp, self.checkpoint)
+        shards = shard_folder(self.checkpoint)
+        shards.mkdir(parents=True, exist_ok=True)
+        changed = range(len(self.clients)) if not self._client_files else self._changed
+        replaced = []
+        for i in changed:
+            name = f"c{i}-r{done}.pt"
+            torch.save({"model": self.clients[i].model, "state": self.clients[i].state}, shards / name)
+            if i in self._client_files and self._client_files[i] != name:
+                replaced.append(self._client_files[i])
+            self._client_files[i] = name
+        atomic_save(self._state(done), self.checkpoint)   # from here on the new shards are the checkpoint
+        for name in replaced:
+            (shards / name).unlink(missing_ok=True)
+        self._changed = set()
 
     def _resume(self) -> None:
         if self.checkpoint is None or not self.checkpoint.exists():
             return
-        state = torch.load(self.checkpoint, map_location=self.data.data.train_x.device, weights_only=False)
+        device = self.data.data.train_x.device
+        try:
+            state = torch.load(self.checkpoint, map_location=device, weights_only=False)
+            shards = shard_folder(self.checkpoint)
+            slots = {i: torch.load(shards / name, map_location=device, weights_only=False)
+                     for i, name in state["client_files"].items()}
+            if sorted(slots) != list(range(len(self.clients))):
+                raise ValueError(f"it holds {len(slots)} clients, this run has {len(self.clients)}")
+        except Exception as exc:  # truncated, empty, from another fedlib version: start again
+            moved = set_aside(self.checkpoint)
+            set_aside(shard_folder(self.checkpoint))
+            tqdm.write(f"fedlib: checkpoint {self.checkpoint} could not be read ({type(exc).__name__}: {exc}); "
+                       f"moved to {moved.name}; starting from round 1")
+            return
         self.start_round = state["round"]
         self.server.state = state["server"]
-        for c, s in zip(self.clients, state["clients"]):
-            c.model, c.state = s["model"], s["state"]
+        for i, slot in slots.items():
+            self.clients[i].model, self.clients[i].state = slot["model"], slot["state"]
+        self._client_files = dict(state["client_files"])
         self.history, self.elapsed = state["history"], state["elapsed"]
         self.final_confusions = state.get("final_confusions", {})
         self.last_participants = state.get("participants", [])
+
+
+def shard_folder(checkpoint: Path) -> Path:
+    return checkpoint.with_name(checkpoint.name + ".d")
+
+
+def atomic_save(obj, path: Path) -> None:
+    """torch.save through a temporary file unique to this process, then an atomic rename."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def set_aside(path: Path) -> Path:
+    """Rename an unreadable cache entry to ``<name>.corrupt-<time>`` (kept for inspection)."""
+    target = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
+    if path.exists():
+        os.replace(path, target)
+    return target
+
+
+def remove_checkpoint(checkpoint: Path) -> None:
+    """Delete a finished run's checkpoint and its client shards."""
+    import shutil
+
+    checkpoint.unlink(missing_ok=True)
+    shutil.rmtree(shard_folder(checkpoint), ignore_errors=True)

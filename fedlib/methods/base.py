@@ -27,7 +27,7 @@ import torch
 
 from fedlib.aggregate import select, weighted_average
 from fedlib.engine.core import Batch, ClientContext, LocalResult, Out, Phase, Server, clone
-from fedlib.errors import ConfigError
+from fedlib.errors import ConfigError, check_fields
 from fedlib.losses import cross_entropy as _cross_entropy
 from fedlib.models import PARTS
 from fedlib.prototypes import aggregate_prototypes, class_stats, feature_variance
@@ -64,6 +64,7 @@ class Method:
                 raise ConfigError(f"hyper.{key}", hyper[key],
                                   f"a hyperparameter of {self.name}: {', '.join(sorted(names)) or 'none'}")
         self.hp = self.Hyper(**hyper)
+        check_fields(self.hp, "hyper.")   # types first: validate() compares numbers
         self.hp.validate()
 
     @classmethod

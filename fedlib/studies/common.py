@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlib.experiment import Config, run, summarize_runs
+from fedlib.experiment import Config, read_cached_record, run, summarize_runs
 
 
 RUNTIME = {"device": "cpu", "executor": "sequential"}
@@ -99,8 +99,9 @@ def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, st
     pending: dict[str, list[int]] = {}
     for i, c in enumerate(configs):
         path = Path(cache) / f"{c.key()}.json" if cache is not None else None
-        if path is not None and path.exists():
-            out[i] = json.loads(path.read_text())
+        record = read_cached_record(path) if path is not None else None
+        if record is not None:
+            out[i] = record
         else:
             pending.setdefault(c.key() if cache is not None else str(i), []).append(i)
     bar = tqdm(total=len(configs), initial=len(configs) - sum(map(len, pending.values())), desc=desc,

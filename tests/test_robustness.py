@@ -1,0 +1,223 @@
+"""Bad inputs are one-line errors before any training; concurrent runs share a cache safely; damaged cache
+entries and data files are named and recovered from; checkpoints of many clients stay small."""
+import dataclasses
+import gzip
+import json
+import multiprocessing
+
+import numpy as np
+import pytest
+import torch
+
+import fedlib.experiment as experiment
+from fedlib.book import build_book
+from fedlib.cli import main
+from fedlib.data.partition import dirichlet
+from fedlib.data.sources import load_dataset
+from fedlib.errors import ConfigError, DataNotFoundError, TrainingDiverged
+from fedlib.experiment import build, make_config, run
+
+BASE = ["run", "--dataset", "digits", "--partition", "dirichlet", "alpha=0.5", "--clients", "4", "--scale", "ci",
+        "--no-progress"]
+DIGITS = dict(dataset="digits", partition={"name": "dirichlet", "alpha": 0.5}, num_clients=4, rounds=2,
+              local_epochs=1, batch_size=32, lr=0.05)
+
+
+@pytest.fixture
+def no_training(monkeypatch):
+    """Fail the test if a Federation starts training."""
+    from fedlib.engine.loop import Federation
+
+    def refuse(self, t):
+        raise AssertionError("training started before the bad input was refused")
+
+    monkeypatch.setattr(Federation, "run_round", refuse)
+
+
+# (arguments, what the one error line must name)
+BAD = [
+    (["--method", "fedgpa", "--hp", "mu=abc"], "hyper.mu='abc' is not allowed: a finite number"),
+    (["--method", "fedgpa", "--hp", "mu=[1,2]"], "hyper.mu=[1, 2] is not allowed: a finite number"),
+    (["--set", "momentum=abc"], "momentum='abc' is not allowed: a finite number"),
+    (["--set", "weight_decay=abc"], "weight_decay='abc'"),
+    (["--partition", "skew", "setting=1", "n=abc"], "partition.n='abc' is not allowed: an integer or a list"),
+    (["--partition", "dirichlet", "alpha=abc"], "partition.alpha='abc' is not allowed: a finite number"),
+    (["--partition", "dirichlet", "alpha=0.5", "repeat=abc"], "partition.repeat='abc'"),
+    (["--partition", "dirichlet", "alpha=0.5", "server=1.5"], "partition.server=1.5 is not allowed: an integer"),
+    (["--seeds", "-1"], "seed=-1 is not allowed: an integer in [0, 2**32 - 1]"),
+    (["--seeds", "4294967296"], "seed=4294967296 is not allowed"),
+    (["--seeds", "0", "-3"], "seed=-3"),   # a later seed is refused before the first one trains
+    (["--set", "lr=Infinity"], "lr=inf is not allowed: a finite number"),
+    (["--set", "lr=NaN"], "lr=nan is not allowed: a finite number"),
+    (["--method", "fedgpa", "--hp", "lga=maybe"], "hyper.lga='maybe' is not allowed: true or false"),
+    (["--method", "fedproto", "--hp", "lam=true"], "hyper.lam=True is not allowed: a finite number"),
+    (["--set", "batch_size=true"], "batch_size=True is not allowed: an integer"),
+    (["--set", "global_test_size=0"], "global_test_size=0 is not allowed"),
+    (["--set", "global_test_size=-5"], "global_test_size=-5 is not allowed"),
+    (["--set", "rounds=1.5"], "rounds=1.5 is not allowed: an integer"),
+    (["--set", "eval_finetune_epochs=1.5"], "eval_finetune_epochs=1.5 is not allowed: an integer"),
+    (["--set", "data_options=3"], "data_options=3 is not allowed: a mapping"),
+    (["--set", "model=3"], "model=3 is not allowed: a string or None"),
+    (["--set", "seed=3"], "--set seed=3 is not allowed: a config field other than seed: use --seeds"),
+    (["--set", "hyper={}"], "--set hyper={} is not allowed: a config field other than hyper: use --hp"),
+    (["--set", "method=fedavg"], "use --method"),
+    (["--method", "fedavg", "fedgpa", "--hp", "nosuch=1"], "hyper.nosuch=1 is not allowed: a hyperparameter of at "
+                                                           "least one of fedavg, fedgpa"),
+    (["--engine", "ray"], "engine='ray' is not allowed: one of inprocess, flower"),
+]
+
+
+@pytest.mark.parametrize("args, names", BAD, ids=[" ".join(a) for a, _ in BAD])
+def test_bad_input_is_one_line_before_training(args, names, capsys, tmp_path, no_training):
+    assert main([*BASE, "--cache", str(tmp_path), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    assert names in err[0]
+    assert not list(tmp_path.glob("*.json")) and not list(tmp_path.glob("*.ckpt"))
+
+
+def test_an_integer_hyperparameter_given_as_a_fraction_is_refused():
+    from fedlib.methods import METHODS, make_method
+
+    integer = [(m, f.name) for m, cls in METHODS.items() for f in dataclasses.fields(cls.Hyper)
+               if f.type in (int, "int")]
+    assert integer, "some method has an integer hyperparameter"
+    for method, name in integer:
+        with pytest.raises(ConfigError, match=rf"hyper\.{name}=1\.5 is not allowed: an integer"):
+            make_method(method, **{name: 1.5})
+
+
+def test_unwritable_cache_or_out_is_refused_before_training(tmp_path, capsys, no_training):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert main([*BASE, "--cache", str(blocker / "cache")]) == 2
+    assert "--cache=" in capsys.readouterr().err
+    assert main([*BASE, "--cache", "none", "--out", str(blocker / "out.json")]) == 2
+    assert "--out=" in capsys.readouterr().err
+    assert main([*BASE, "--cache", "none", "--out", str(tmp_path)]) == 2
+    assert "a file path (this is a folder)" in capsys.readouterr().err
+
+
+def test_hp_with_several_methods_goes_to_each_method_that_has_it(monkeypatch, capsys):
+    seen = {}
+
+    def fake_run(cfg, **kwargs):
+        seen[cfg.method] = dict(cfg.hyper)
+        return {"history": [{"personal_local_acc": 0.5}], "wall_time_s": 0.0, "final": {}}
+
+    monkeypatch.setattr(experiment, "run", fake_run)
+    assert main([*BASE, "--cache", "none", "--method", "fedavg", "fedgpa", "fedprox", "--hp", "mu=0.3"]) == 0
+    assert seen == {"fedavg": {}, "fedgpa": {"mu": 0.3}, "fedprox": {"mu": 0.3}}
+
+
+def test_a_typo_in_a_notebook_parameter_names_the_notebook_and_the_parameter(tmp_path):
+    manifest = tmp_path / "experiments.yml"
+    manifest.write_text(json.dumps({"build": ["book"], "chapters": [{
+        "notebook": "notebooks/fedgpa.ipynb",
+        "configurations": {"book": {"output": str(tmp_path / "out.ipynb"), "parameters": {"scael": "book"}}}}]}))
+    with pytest.raises(ConfigError, match=r"notebooks/fedgpa.ipynb \[book\] parameter scael='book' is not allowed: "
+                                          r"a parameter of fedgpa.ipynb: scale, "):
+        build_book(str(manifest), build=False)
+    assert not (tmp_path / "out.ipynb").exists()
+
+
+def _run_in_child(cache, queue):
+    torch.set_num_threads(1)
+    record = run(make_config(method="fedavg", **DIGITS), cache_dir=cache, progress=False)
+    queue.put(record["finished_at"] + "|" + str(record["session_wall_s"]))
+
+
+def test_two_identical_runs_sharing_a_cache_train_once(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=_run_in_child, args=(str(tmp_path), queue)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+        assert p.exitcode == 0
+    answers = [queue.get(timeout=5) for _ in procs]
+    assert answers[0] == answers[1]   # the second waited for the first and read its record
+    assert len(list(tmp_path.glob("*.json"))) == 1
+    assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("content", ["", "{\"config\": {", "[]"])
+def test_a_damaged_cached_record_is_moved_aside_and_recomputed(tmp_path, content, capsys):
+    cfg = make_config(method="fedavg", **DIGITS)
+    (tmp_path / f"{cfg.key()}.json").write_text(content)
+    record = run(cfg, cache_dir=tmp_path, progress=False)
+    assert len(record["history"]) == 2
+    assert json.loads((tmp_path / f"{cfg.key()}.json").read_text())["key"] == cfg.key()
+    aside = list(tmp_path.glob(f"{cfg.key()}.json.corrupt-*"))
+    assert len(aside) == 1 and aside[0].read_text() == content
+    assert f"cached record {tmp_path / (cfg.key() + '.json')} could not be read" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [b"", b"PK\x03\x04 truncated"])
+def test_a_damaged_checkpoint_is_moved_aside_and_the_run_starts_again(tmp_path, content, capsys):
+    cfg = make_config(method="fedavg", **DIGITS)
+    (tmp_path / f"{cfg.key()}.ckpt").write_bytes(content)
+    record = run(cfg, cache_dir=tmp_path, progress=False)
+    assert not record["resumed"] and len(record["history"]) == 2
+    assert len(list(tmp_path.glob(f"{cfg.key()}.ckpt.corrupt-*"))) == 1
+    said = capsys.readouterr()
+    assert f"checkpoint {tmp_path / (cfg.key() + '.ckpt')} could not be read" in said.out + said.err
+
+
+def _idx(array: np.ndarray) -> bytes:
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
+    return header + array.astype(np.uint8).tobytes()
+
+
+def test_a_truncated_data_file_names_the_file_and_how_to_restore_it(tmp_path):
+    folder = tmp_path / "fashion-mnist"
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", 20), ("t10k", 10)):
+        (folder / f"{prefix}-images-idx3-ubyte").write_bytes(_idx(rng.integers(0, 255, (n, 28, 28))))
+        with gzip.open(folder / f"{prefix}-labels-idx1-ubyte.gz", "wb") as f:
+            f.write(_idx(rng.integers(0, 10, n)))
+    assert load_dataset("fmnist", root=tmp_path).train_x.shape == (20, 1, 28, 28)   # the valid files load
+    images = folder / "t10k-images-idx3-ubyte"
+    images.write_bytes(images.read_bytes()[:-100])
+    with pytest.raises(DataNotFoundError, match=rf"{images}.*truncated.*restore the file.*apt-get install"):
+        load_dataset("fmnist", root=str(tmp_path) + "/")   # another root string: not the cached load
+    labels = folder / "train-labels-idx1-ubyte.gz"
+    labels.write_bytes(labels.read_bytes()[:-8])
+    with pytest.raises(DataNotFoundError, match=rf"{labels} cannot be decompressed"):
+        load_dataset("fmnist", root=str(tmp_path) + "//")
+
+
+def test_nan_message_counts_rounds_from_one(tmp_path):
+    cfg = make_config(method="fedavg", **{**DIGITS, "lr": 1e6, "rounds": 3})
+    with pytest.raises(TrainingDiverged, match=r"in round [123], client \d+ \(lr=1000000.0\); lower the learning"):
+        run(cfg, cache_dir=None, progress=False)
+
+
+def test_impossible_dirichlet_says_raise_alpha_or_lower_the_client_count():
+    labels = np.repeat(np.arange(10), 20)
+    with pytest.raises(ConfigError, match="raise alpha .* or lower the number of clients"):
+        dirichlet(labels, 19, np.random.default_rng(0), alpha=0.01, min_size=10, max_tries=5)
+
+
+def test_checkpoints_of_1000_clients_rewrite_only_the_clients_that_trained(tmp_path):
+    cfg = make_config(method="fedavg", dataset="digits", partition={"name": "iid"}, num_clients=1000, rounds=3,
+                      local_epochs=1, batch_size=32, lr=0.05, fraction=0.01, eval_every=3)
+    checkpoint = tmp_path / "run.ckpt"
+    first = build(cfg, checkpoint=checkpoint)
+    first.run()
+    shards = sorted(p.name for p in (tmp_path / "run.ckpt.d").iterdir())
+    by_round = {r: sum(name.endswith(f"-r{r}.pt") for name in shards) for r in (1, 2, 3)}
+    assert len(shards) == 1000   # one current file per client, superseded ones deleted
+    assert by_round[2] <= 10 and by_round[3] <= 10 and by_round[1] >= 980   # rounds 2-3 wrote <= 10 clients each
+    main_file = torch.load(checkpoint, weights_only=False)
+    assert "clients" not in main_file and len(main_file["client_files"]) == 1000   # no client model in it
+    sizes = {p.name: p.stat().st_size for p in (tmp_path / "run.ckpt.d").iterdir()}
+    written_in_round_3 = checkpoint.stat().st_size + sum(v for k, v in sizes.items() if k.endswith("-r3.pt"))
+    assert written_in_round_3 * 5 < sum(sizes.values())   # vs rewriting every client's slot
+    resumed = build(cfg, checkpoint=checkpoint)   # nothing left to train: every slot comes back from its shard
+    resumed.run()
+    assert resumed.start_round == 3 and resumed.history == first.history
+    for a, b in zip(first.clients, resumed.clients):
+        assert all(torch.equal(a.model[k], b.model[k]) for k in a.model)
