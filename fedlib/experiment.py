@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 import fedlib
-from fedlib.errors import check, check_fields
+from fedlib.errors import ConfigError, check, check_fields
 
 DEFAULT_CACHE = Path(os.environ.get("FEDLIB_CACHE", Path(__file__).resolve().parents[1] / ".fedlib-cache"))
 
@@ -233,8 +233,12 @@ def cache_lock(path: Path):
     reads its record instead of training again."""
     import fcntl
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a")
+    except OSError as exc:
+        raise ConfigError("cache_dir", str(path.parent), f"a folder fedlib can create and write ({exc.strerror})") from None
+    with handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

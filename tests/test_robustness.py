@@ -98,6 +98,13 @@ def test_unwritable_cache_or_out_is_refused_before_training(tmp_path, capsys, no
     assert "a file path (this is a folder)" in capsys.readouterr().err
 
 
+def test_run_refuses_an_unwritable_cache_before_training(tmp_path, no_training):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(ConfigError, match="cache_dir=.* is not allowed: a folder fedlib can create and write"):
+        run(make_config(method="fedavg", **DIGITS), cache_dir=blocker / "cache", progress=False)
+
+
 def test_hp_with_several_methods_goes_to_each_method_that_has_it(monkeypatch, capsys):
     seen = {}
 
