@@ -37,4 +37,4 @@ reproduce: setup  ## the paper-scale configurations: rewrites results/<chapter>/
 	$(PY) -m fedlib book --config paper --no-build
 
 clean-cache:
-	rm -rf .fedlib-cache book/_build
+	rm -rf .fedlib-cache book/_build book/chapters

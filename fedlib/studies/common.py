@@ -285,3 +285,48 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
         pool.shutdown(wait=False, cancel_futures=True)
     return {"done": done, "failed": failed, "skipped": len(configs) - len(todo), "left": len(todo) - done - failed,
             "wall_s": time.time() - start}
+
+
+# ---------------------------------------------------------------------- the book's results overview
+def summary_path(chapter: str, scale: str):
+    from fedlib.experiment import DEFAULT_CACHE
+
+    return DEFAULT_CACHE / "summaries" / f"{chapter}-{scale}.json"
+
+
+def save_summary(chapter: str, scale: str, headline: tuple[str, list[dict]] | None = None,
+                 claims: list[Claim] | None = None, scale_note: str = "") -> None:
+    """Leave what the book's results overview shows of a chapter: its headline table (title, rows with
+    ours beside the paper) and its claims with their verdicts, at one scale."""
+    import time
+
+    from fedlib.experiment import _atomic_json, code_version
+
+    path = summary_path(chapter, scale)
+    data = read_cached_record_like(path)
+    data.update({"chapter": chapter, "scale": scale, "code_version": code_version(),
+                 "saved_at": time.strftime("%Y-%m-%d %H:%M")})
+    if headline is not None:
+        data["headline"] = {"title": headline[0], "rows": headline[1]}
+    if claims is not None:
+        data["claims"] = [dataclasses.asdict(c) for c in claims]
+        data["scale_note"] = scale_note
+    _atomic_json(path, data)
+
+
+def read_cached_record_like(path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def load_summaries(chapters, scale: str) -> dict:
+    """chapter -> its saved summary at ``scale`` (chapters not run at that scale are left out)."""
+    out = {}
+    for chapter in chapters:
+        data = read_cached_record_like(summary_path(chapter, scale))
+        if data:
+            out[chapter] = data
+    return out
