@@ -28,8 +28,9 @@ def simulate(cfg, *, checkpoint=None, progress: bool = False, desc: str = "", ca
 
     cpus = cpus or os.cpu_count() or 1
     sink: dict = {}
+    nodes = nodes or cfg.num_clients
     server = make_server_app(cfg, sink, checkpoint=checkpoint, progress=progress, desc=desc, timeout=timeout,
-                             callbacks=callbacks)
+                             callbacks=callbacks, min_nodes=nodes)   # every virtual node registered first
     backend = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                "init_args": {"num_cpus": cpus, "include_dashboard": False, "log_to_driver": verbose,
                              "logging_level": logging.INFO if verbose else logging.ERROR},
@@ -39,7 +40,7 @@ def simulate(cfg, *, checkpoint=None, progress: bool = False, desc: str = "", ca
     if not verbose:
         flwr_logger.setLevel(logging.ERROR)
     try:
-        run_simulation(server_app=server, client_app=client or client_app, num_supernodes=nodes or cfg.num_clients,
+        run_simulation(server_app=server, client_app=client or client_app, num_supernodes=nodes,
                        backend_name="ray", backend_config=backend, verbose_logging=verbose)
     finally:
         flwr_logger.setLevel(level)

@@ -69,17 +69,17 @@ class FlowerExecutor:
 
     name = "flower"
 
-    def __init__(self, grid: Grid, cfg, timeout: float | None = None, poll_s: float = 0.02):
+    def __init__(self, grid: Grid, cfg, timeout: float | None = None, poll_s: float = 0.02, min_nodes: int = 1,
+                 connect_s: float = 120.0):
         self.grid, self.timeout, self.poll_s = grid, timeout, poll_s
+        self.min_nodes, self.connect_s = min_nodes, connect_s
         self.config = config_json(cfg)
         self.device = cfg.device
 
     def run(self, method, tasks: list[ClientTask]) -> list[ClientResult]:
         # a node runs the config's method; the evaluator may ask for that method's evaluation-time adaptation
         purpose = "adapt" if isinstance(method, Adaptation) else "update"
-        nodes = sorted(self.grid.get_node_ids())
-        if not nodes:
-            raise ClientFailed("no Flower node is connected")
+        nodes = self._nodes()
         pending: dict[str, int] = {}
         for i, task in enumerate(tasks):
             content = to_records(fields_of(task), f"client {task.client_id}'s task")
@@ -107,6 +107,19 @@ class FlowerExecutor:
                 time.sleep(self.poll_s)
         return results
 
+    def _nodes(self) -> list[int]:
+        """The connected nodes, once at least ``min_nodes`` are (nodes may register after the ServerApp
+        starts, in a simulation as in a deployment)."""
+        deadline = time.time() + self.connect_s
+        while True:
+            nodes = sorted(self.grid.get_node_ids())
+            if len(nodes) >= self.min_nodes:
+                return nodes
+            if time.time() > deadline:
+                raise ClientFailed(f"{len(nodes)} Flower node(s) connected after {self.connect_s:.0f} s; "
+                                   f"{self.min_nodes} needed")
+            time.sleep(0.2)
+
     def close(self) -> None:
         pass
 
@@ -124,12 +137,13 @@ def decode_result(reply: Message, device) -> ClientResult:
 
 
 def serve(grid: Grid, cfg, *, checkpoint=None, progress: bool = False, desc: str = "", timeout: float | None = None,
-          callbacks=()):
+          callbacks=(), min_nodes: int = 1):
     """Build the experiment around a Flower executor and run fedlib's round loop; the Federation."""
     from fedlib.experiment import build
 
     fed = build(cfg, progress=progress, checkpoint=checkpoint, desc=desc,
-                executor=lambda setup, trainer, **_: FlowerExecutor(grid, cfg, timeout=timeout))
+                executor=lambda setup, trainer, **_: FlowerExecutor(grid, cfg, timeout=timeout,
+                                                                     min_nodes=min_nodes))
     fed.on_round.extend(callbacks)
     fed.run()
     return fed
@@ -161,7 +175,7 @@ def deployed_server(grid: Grid, context: Context) -> None:
     cfg = config_from_json(str(context.run_config["config"]))
     timeout = float(context.run_config.get("client-timeout", 0)) or None
     started = time.time()
-    fed = serve(grid, cfg, progress=True, timeout=timeout)
+    fed = serve(grid, cfg, progress=True, timeout=timeout, min_nodes=int(context.run_config.get("min-nodes", 1)))
     record = record_of(dataclasses.replace(cfg, engine="flower"), fed, started)
     out = str(context.run_config.get("out", "") or "fedlib-flower-record.json")
     with open(out, "w") as f:
