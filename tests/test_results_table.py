@@ -1,0 +1,73 @@
+"""The book's results tables: provenance read from the records, one number format, no index column, split to fit."""
+import pandas as pd
+
+from fedlib.studies.common import ResultsTable, provenance_line, records_in
+
+
+def record(seed, dataset="fmnist", model=None, wall=30.0, device="cpu (x86_64)", code="fedlib 0.1.0 (abc1234)", **cfg):
+    config = {"dataset": dataset, "model": model, "backbones": None, "num_clients": 20, "rounds": 5, **cfg}
+    return {"config": config, "final": {}, "seed": seed, "wall_time_s": wall, "device": device, "code_version": code}
+
+
+def test_records_are_found_once_in_nested_groups():
+    a, b, c = record(0), record(1), record(2)
+    assert records_in({"x": [a, b], "y": ([c], {"z": a})}) == [a, b, c]
+
+
+def test_provenance_states_scale_data_model_test_seeds_spread_code_device_and_time():
+    recs = [record(s, wall=45.0) for s in (2, 0, 1)] + [record(0, dataset="mnist", model="cnn3", wall=45.0,
+                                                               code="fedlib 0.1.0 (def5678)", device="cuda (H100)")]
+    line = provenance_line(recs, "book", "each client's local test set")
+    assert line.startswith("scale book; data fmnist, mnist; model cnn2, cnn3;")   # fmnist's default model is cnn2
+    assert "20 clients, 5 rounds" in line
+    assert "test: each client's local test set" in line
+    assert "seeds 0, 1, 2 (3 seeds: mean ± population std" in line
+    assert "code fedlib 0.1.0 (abc1234), fedlib 0.1.0 (def5678)" in line
+    assert "device cpu (x86_64), cuda (H100)" in line
+    assert line.endswith("4 runs, 3.0 min of training")                             # 4 x 45 s
+    assert "one seed, no spread" in provenance_line([record(7)], "ci", "t")
+    assert "model projection" in provenance_line([record(0, dataset="digit4", backbones=["a"])], "ci", "t")
+
+
+def test_numbers_share_one_format_and_the_index_becomes_a_column():
+    df = pd.DataFrame({"ours": ["70.00 ± 1.00", "61.50"], "paper": [86.7, 71.0], "uploaded": [12345, 7],
+                       "ok": [True, False], "gap": [float("nan"), -1.234]}, index=pd.Index(["FedAvg", "FedGPA"], name="method"))
+    table = ResultsTable(df, max_columns=10)
+    assert table.df.to_dict("records") == [
+        {"method": "FedAvg", "ours": "70.00 ± 1.00", "paper": "86.70", "uploaded": "12,345", "ok": "yes", "gap": "-"},
+        {"method": "FedGPA", "ours": "61.50", "paper": "71.00", "uploaded": "7", "ok": "no", "gap": "-1.23"}]
+    html = table._repr_html_()
+    assert "<th></th>" not in html and "<th>method</th>" in html   # no unnamed pandas index column
+
+
+def test_wide_tables_are_split_with_their_key_columns_repeated():
+    cols = {f"c{i}": [i] for i in range(9)}
+    table = ResultsTable(pd.DataFrame({"BB": ["s"], "method": ["FedAvg"], **cols}), keys=2, max_columns=5)
+    parts = table.parts()
+    assert [list(p.columns) for p in parts] == [["BB", "method", "c0", "c1", "c2"], ["BB", "method", "c3", "c4", "c5"],
+                                               ["BB", "method", "c6", "c7", "c8"]]
+    assert table._repr_html_().count("<table") == 3
+
+
+def test_pivoted_columns_are_named_by_level():
+    df = pd.DataFrame({"method": ["A", "A"], "s": [20, 80], "ours": ["1", "2"]}).pivot(index="method", columns="s",
+                                                                                      values=["ours"])
+    assert list(ResultsTable(df).df.columns) == ["method", "ours s=20", "ours s=80"]
+    text = repr(ResultsTable(df, [record(0)], "ci", "local"))
+    assert text.splitlines()[-1].startswith("scale ci; data fmnist")
+
+
+def test_stored_grid_report_counts_cells_and_names_where_records_were_made(capsys):
+    from fedlib.studies.common import report_stored
+
+    a = {**record(0, wall=7200.0, device="cuda (H100)"), "executor": "batched", "finished_at": "2026-11-20 10:00:00"}
+    b = {**record(1, wall=3600.0, device="cuda (H100)"), "executor": "batched", "finished_at": "2026-11-21 09:00:00"}
+    found = report_stored({"x": {"records": [a, b], "stale": 1, "missing": 0}, "y": {"records": [], "stale": 0, "missing": 3}},
+                          "grid")
+    out = capsys.readouterr().out.splitlines()
+    assert found == [a, b]
+    assert out[0] == "committed paper-scale records (grid): 2 current, 1 stale, 3 missing of 6"
+    assert out[1] == ("made on cuda (H100) (batched executor), 2026-11-20 to 2026-11-21, code fedlib 0.1.0 (abc1234): "
+                      "2 runs, 3.0 h of device time")
+    assert report_stored({"y": {"records": [], "stale": 0, "missing": 2}}) == []
+    assert "No paper-scale run has been recorded yet" in capsys.readouterr().out
