@@ -5,6 +5,7 @@ from __future__ import annotations
 from fedlib.studies.common import load_summaries
 
 CHAPTERS = {"fedgpa": "FedGPA", "fedpcl": "FedPCL", "fedprp": "FedPRP", "fedmate": "FedMate", "pfedcspc": "pFedCSPC"}
+HEADLINE_KEYS = {"fedgpa": 3, "fedpcl": 2}   # leading label columns of each chapter's headline rows
 VERDICT = {True: "holds here", False: "does not hold here", None: "not checked"}
 
 
@@ -39,6 +40,14 @@ def headline_table(summary: dict):
     import pandas as pd
 
     return pd.DataFrame(summary.get("headline", {}).get("rows", []))
+
+
+def headline(chapter: str, summary: dict):
+    """The headline table as the book shows it: split to fit, its provenance line underneath."""
+    from fedlib.studies.common import ResultsTable
+
+    part = summary.get("headline", {})
+    return ResultsTable(headline_table(summary), keys=HEADLINE_KEYS.get(chapter, 1), note=part.get("provenance", ""))
 
 
 def claims_table(summary: dict):
