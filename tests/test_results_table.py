@@ -21,11 +21,11 @@ def test_provenance_states_scale_data_model_test_seeds_spread_code_device_and_ti
     assert line.startswith("scale book; data fmnist, mnist; model cnn2, cnn3;")   # fmnist's default model is cnn2
     assert "20 clients, 5 rounds" in line
     assert "test: each client's local test set" in line
-    assert "seeds 0, 1, 2 (3 seeds: mean ± population std" in line
+    assert "seeds 0, 1, 2: mean ± population std (ddof 0) over 3 seeds;" in line
     assert "code fedlib 0.1.0 (abc1234), fedlib 0.1.0 (def5678)" in line
     assert "device cpu (x86_64), cuda (H100)" in line
     assert line.endswith("4 runs, 3.0 min of training")                             # 4 x 45 s
-    assert "one seed, no spread" in provenance_line([record(7)], "ci", "t")
+    assert "seeds 7: one seed, no spread;" in provenance_line([record(7)], "ci", "t")
     assert "model projection" in provenance_line([record(0, dataset="digit4", backbones=["a"])], "ci", "t")
 
 

@@ -223,13 +223,12 @@ def provenance_line(records: list[dict], scale: str, test_set: str) -> str:
         return f"scale {scale}; no runs"
     cfgs = [r["config"] for r in records]
     seeds = sorted({int(r["seed"]) for r in records})
-    per_cell = "one seed, no spread" if len(seeds) == 1 else \
-        f"{len(seeds)} seeds: mean ± population std over seeds (numpy ddof = 0)"
+    spread = "one seed, no spread" if len(seeds) == 1 else f"mean ± population std (ddof 0) over {len(seeds)} seeds"
     wall = sum(r.get("wall_time_s", 0.0) for r in records)
     wall_s = f"{wall / 3600:.1f} h" if wall > 3600 else f"{wall / 60:.1f} min" if wall > 120 else f"{wall:.0f} s"
     return (f"scale {scale}; data {_listed(c['dataset'] for c in cfgs)}; model {_listed(_model_name(c) for c in cfgs)}; "
             f"{_listed(c['num_clients'] for c in cfgs)} clients, {_listed(c['rounds'] for c in cfgs)} rounds; "
-            f"test: {test_set}; seeds {_listed(seeds, 5)} ({per_cell}); code {_listed(r.get('code_version', '?') for r in records)}; "
+            f"test: {test_set}; seeds {_listed(seeds, 5)}: {spread}; code {_listed(r.get('code_version', '?') for r in records)}; "
             f"device {_listed(r.get('device', '?') for r in records)}; {len(records)} runs, {wall_s} of training")
 
 
@@ -253,7 +252,7 @@ class ResultsTable:
     columns per part (wider tables are split, the first ``keys`` columns repeated), and a provenance line."""
 
     def __init__(self, table, records=(), scale: str = "", test_set: str = "", note: str = "",
-                 keys: int = 1, max_columns: int = 7):
+                 keys: int = 1, max_columns: int = 6):
         import pandas as pd
 
         df = table if isinstance(table, pd.DataFrame) else pd.DataFrame(table)
@@ -266,6 +265,7 @@ class ResultsTable:
             keys = max(keys, df.index.nlevels)
             df = df.reset_index()
         self.df = df.map(_cell)
+        self.df.columns.name = None
         self.records = records_in(records)
         self.keys, self.max_columns = keys, max_columns
         self.caption = provenance_line(self.records, scale, test_set) if self.records else ""
@@ -289,13 +289,12 @@ class ResultsTable:
 
 
 def show_table(table, records=(), scale: str = "", test_set: str = "", note: str = "", keys: int = 1,
-               max_columns: int = 7) -> ResultsTable:
-    """Display a results table with its provenance (see ``ResultsTable``) and return it."""
+               max_columns: int = 6) -> None:
+    """Display a results table with its provenance (see ``ResultsTable``)."""
     from IPython.display import display
 
     shown = ResultsTable(table, records, scale, test_set, note, keys, max_columns)
     display(shown)
-    return shown
 
 
 def report_stored(stored: dict, grid: str = "") -> list[dict]:
