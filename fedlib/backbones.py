@@ -10,7 +10,6 @@ disk cache of their features: FedPCL's rounds only train the projection network 
 from __future__ import annotations
 
 import hashlib
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path

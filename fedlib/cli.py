@@ -152,28 +152,27 @@ def cmd_run(args) -> int:
     return 0
 
 
+def hyper_names(method: str) -> set[str]:
+    """The hyperparameters a method declares (its ``Hyper`` dataclass); an unknown method is refused."""
+    from fedlib.methods import METHODS
+
+    if method not in METHODS:
+        raise ConfigError("method", method, f"one of {', '.join(METHODS)}")
+    return {f.name for f in dataclasses.fields(METHODS[method].Hyper)}
+
+
 def hyper_for(method: str, hyper: dict, several: bool) -> dict:
     """The ``--hp`` values a method takes: with several methods, each gets those of its own hyperparameters;
     a value that none of them has is refused (never silently dropped)."""
     if not several:
         return hyper
-    import dataclasses as dc
-
-    from fedlib.methods import METHODS
-
-    if method not in METHODS:
-        raise ConfigError("method", method, f"one of {', '.join(METHODS)}")
-    names = {f.name for f in dc.fields(METHODS[method].Hyper)}
+    names = hyper_names(method)
     return {k: v for k, v in hyper.items() if k in names}
 
 
 def check_hyper_used(methods: list[str], hyper: dict) -> None:
-    from fedlib.methods import METHODS
-
-    import dataclasses as dc
-
     for key, value in hyper.items():
-        if not any(m in METHODS and key in {f.name for f in dc.fields(METHODS[m].Hyper)} for m in methods):
+        if not any(key in hyper_names(m) for m in methods):
             raise ConfigError(f"hyper.{key}", value, f"a hyperparameter of at least one of {', '.join(methods)}")
 
 

@@ -197,15 +197,10 @@ def device_description(device: str) -> str:
 
 def _atomic_json(path: Path, obj) -> None:
     """Write JSON through a temporary file unique to this process, then rename it into place."""
-    import uuid
+    from fedlib.engine.loop import atomic_write
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        tmp.write_text(json.dumps(obj, indent=1, default=_jsonable))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    atomic_write(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=1, default=_jsonable)))
 
 
 def read_cached_record(path: Path) -> dict | None:

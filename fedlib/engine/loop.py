@@ -234,14 +234,19 @@ def shard_folder(checkpoint: Path) -> Path:
     return checkpoint.with_name(checkpoint.name + ".d")
 
 
-def atomic_save(obj, path: Path) -> None:
-    """torch.save through a temporary file unique to this process, then an atomic rename."""
+def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` to a temporary file unique to this process, then rename it to ``path`` atomically."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        torch.save(obj, tmp)
+        write(tmp)
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def atomic_save(obj, path: Path) -> None:
+    """torch.save through ``atomic_write``."""
+    atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
 
 def set_aside(path: Path) -> Path:

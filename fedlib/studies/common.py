@@ -84,7 +84,6 @@ def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, st
     spread over ``workers`` single-threaded processes (default: one per CPU core on the CPU, none on a
     GPU). ``store``: also write each record to ``results/<store>/`` (the paper-scale records the book
     shows)."""
-    import json
     from concurrent.futures import as_completed
     from pathlib import Path
 
