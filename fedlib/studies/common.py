@@ -130,6 +130,14 @@ def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, st
     return out
 
 
+def run_grid(grid: dict, desc: str = "runs", progress: bool = True, store: str | None = None, **kwargs) -> dict:
+    """Run a grid {cell: [configs, one per seed]} in one ``run_all`` (one pool, one progress bar) and
+    return {cell: [records in the same order]}."""
+    records = iter(run_all([c for configs in grid.values() for c in configs], desc=desc, progress=progress,
+                           store=store, **kwargs))
+    return {cell: [next(records) for _ in configs] for cell, configs in grid.items()}
+
+
 def with_seeds(cfg: Config, seeds) -> list[Config]:
     return [dataclasses.replace(cfg, seed=s) for s in seeds]
 

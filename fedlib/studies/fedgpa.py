@@ -11,7 +11,7 @@ import numpy as np
 from fedlib.data.partition import fedgpa_setting
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import RUNTIME, fmt, mean_std, run_all, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
+from fedlib.studies.common import RUNTIME, fmt, mean_std, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
 
 METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "scaffold", "fedper", "lg_fedavg", "fedbabu", "fedpac",
            "fedgpa"]
@@ -201,3 +201,201 @@ def gap_note(method: str, records: list[dict]) -> str:
 def complete_settings(stored: dict, s_values=(20, 80)) -> list[int]:
     """Settings whose every (method, s) cell has at least one current paper-scale record."""
     return [st for st in (1, 2, 3) if all(stored[(m, st, s)]["records"] for m in METHODS for s in s_values)]
+
+
+# ---------------------------------------------------------------------- the chapter's tables and figures
+LOCAL_TEST = "each client's local test set (test images drawn with the client's own label mix)"
+TABLE_OF_SETTING = {1: 2, 2: 4, 3: 5}   # the paper's table for each setting (FMNIST columns)
+
+
+def comparison(settings, s_values, methods, scale: str, store: str | None = None) -> dict:
+    """Tables 2, 4 and 5: {(method, setting, s): records over the scale's seeds}, one worker pool."""
+    seeds = scale_info(scale)["seeds"]
+    grid = {(m, st, s): with_seeds(config(m, st, s, scale), seeds) for st in settings for s in s_values for m in methods}
+    return run_grid(grid, desc="comparison", store=store)
+
+
+def comparison_rows(runs: dict, scale: str) -> list[dict]:
+    """One row per (setting, s, method): ours (mean ± std over seeds) beside the paper."""
+    return [{"setting": st, "s": s, "method": LABELS[m], f"ours ({scale})": fmt(mean_std(recs)),
+             "paper": PAPER[st][m][0 if s == 20 else 1]} for (m, st, s), recs in runs.items()]
+
+
+def setting_table(rows: list[dict], runs: dict, setting: int, methods, scale: str):
+    """One setting of the comparison, methods down, s across: (table, its records)."""
+    import pandas as pd
+
+    df = pd.DataFrame([r for r in rows if r["setting"] == setting])
+    table = df.pivot(index="method", columns="s", values=[f"ours ({scale})", "paper"])
+    return table.reindex([LABELS[m] for m in methods]), [recs for k, recs in runs.items() if k[1] == setting]
+
+
+def plot_against_paper(runs: dict, settings, s_values, methods, scale: str):
+    """Each method's accuracy at this scale (y) against the paper's (x), one panel per setting."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(settings), figsize=(4.6 * len(settings), 4), sharey=True)
+    axes = np.atleast_1d(axes)
+    for ax, st in zip(axes, settings):
+        for s, marker in zip(s_values, "os"):
+            ours = [100 * mean_std(runs[(m, st, s)])[0] for m in methods]
+            paper = [PAPER[st][m][0 if s == 20 else 1] for m in methods]
+            ax.scatter(paper, ours, marker=marker, label=f"s = {s}")
+            for m, x, y in zip(methods, paper, ours):
+                ax.annotate(LABELS[m], (x, y), fontsize=6, alpha=0.7)
+        ax.set_title(f"Setting {st}")
+        ax.set_xlabel("paper (%)")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel(f"ours at scale {scale} (%)")
+    axes[0].legend()
+    fig.suptitle("Each method: our accuracy against the paper's")
+    fig.tight_layout()
+    return fig
+
+
+def plot_learning_curves(runs: dict, setting: int, s_values, methods, scale: str):
+    """Mean over seeds of the personalized accuracy per evaluated round (cf. Fig. 7 of the appendix)."""
+    import matplotlib.pyplot as plt
+
+    from fedlib.plots import learning_curves
+
+    fig, axes = plt.subplots(1, len(s_values), figsize=(6 * len(s_values), 4), sharey=True)
+    for ax, s in zip(np.atleast_1d(axes), s_values):
+        learning_curves({LABELS[m]: runs[(m, setting, s)] for m in methods}, ax=ax,
+                        title=f"Setting {setting}, s = {s}, scale {scale}")
+    fig.tight_layout()
+    return fig
+
+
+def ablation(scale: str, store: str | None = None) -> dict:
+    """Table 3 (Setting 1, s = 20): {row: records}, modules switched on one by one."""
+    seeds = scale_info(scale)["seeds"]
+    return run_grid({name: with_seeds(config("fedgpa", 1, 20, scale, hyper=hp), seeds)
+                     for name, (hp, _) in ABLATION.items()}, desc="Table 3", store=store)
+
+
+def ablation_rows(runs: dict, scale: str) -> list[dict]:
+    return [{"modules": name, **ABLATION[name][0], f"ours ({scale})": fmt(mean_std(recs)),
+             "paper (FMNIST)": ABLATION[name][1]} for name, recs in runs.items()]
+
+
+def mu_sweep(s_values, scale: str, store: str | None = None) -> tuple[dict, dict]:
+    """Fig. 3 (Setting 3): ({s: {mu: (mean, std, n)}}, {(s, mu): records})."""
+    seeds = scale_info(scale)["sweep_seeds"]
+    runs = run_grid({(s, mu): with_seeds(config("fedgpa", 3, s, scale, hyper={"mu": mu}), seeds)
+                     for s in s_values for mu in MU_SWEEP}, desc="mu sweep", progress=False, store=store)
+    return {s: {mu: mean_std(runs[(s, mu)]) for mu in MU_SWEEP} for s in s_values}, runs
+
+
+def s_sweep(methods, scale: str, s_grid=(0, 20, 50, 80)) -> tuple[dict, dict]:
+    """Accuracy against the skew s, Setting 1 (cf. Fig. 5): ({method: {s: (mean, std, n)}}, runs)."""
+    seeds = scale_info(scale)["sweep_seeds"]
+    runs = run_grid({(m, s): with_seeds(config(m, 1, s, scale), seeds) for m in methods for s in s_grid},
+                    desc="s sweep", progress=False)
+    return {m: {s: mean_std(runs[(m, s)]) for s in s_grid} for m in methods}, runs
+
+
+def plot_sweep(curves: dict, xlabel: str, title: str, labels: dict | None = None):
+    """{curve label: {x: (mean, std, n)}} as lines with ±1 std error bars (accuracy in %)."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.8))
+    for key, points in curves.items():
+        xs = list(points)
+        ax.errorbar(xs, [100 * points[x][0] for x in xs], yerr=[100 * points[x][1] for x in xs], marker="o", capsize=3,
+                    label=(labels or {}).get(key, key))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("personalized accuracy (%)")
+    ax.set_title(title)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def plot_weights(runs: dict, s_values) -> tuple:
+    """Fig. 4: FedGPA's alpha (extractor) and beta (classifier) weights, Setting 3, first and last logged
+    round, one row per s; returns (figure, one summary line per s)."""
+    import matplotlib.pyplot as plt
+
+    from fedlib.plots import weight_heatmap
+
+    fig, axes = plt.subplots(len(s_values), 4, figsize=(16, 3.6 * len(s_values)))
+    axes = np.atleast_2d(axes)
+    lines = []
+    for r, s in enumerate(s_values):
+        if ("fedgpa", 3, s) not in runs:
+            continue
+        logged = [row for row in runs[("fedgpa", 3, s)][0]["history"] if "weights" in row]
+        for c, (row, which) in enumerate([(logged[0], "alpha"), (logged[-1], "alpha"), (logged[0], "beta"),
+                                          (logged[-1], "beta")]):
+            weight_heatmap(np.array(row["weights"][which]), ax=axes[r, c],
+                           title=f"{'FE' if which == 'alpha' else 'CLS'} ({which}), s={s}, round {row['round']}")
+        a, b = np.array(logged[-1]["weights"]["alpha"]), np.array(logged[-1]["weights"]["beta"])
+        lines.append(f"s = {s}, last round: mean self-weight alpha {np.diag(a).mean():.3f}, beta {np.diag(b).mean():.3f}; "
+                     f"mean row entropy alpha {(-(a * np.log(a + 1e-12)).sum(1)).mean():.2f}, "
+                     f"beta {(-(b * np.log(b + 1e-12)).sum(1)).mean():.2f} nats")
+    fig.tight_layout()
+    return fig, lines
+
+
+# ---------------------------------------------------------------------- the committed paper-scale records
+def paper_scale_grid() -> dict:
+    return {(m, st, s): with_seeds(config(m, st, s, "paper"), SCALES["paper"]["seeds"])
+            for st in (1, 2, 3) for s in (20, 80) for m in METHODS}
+
+
+def paper_scale_rows(stored: dict) -> list[dict]:
+    """Ours at paper scale (committed records) beside the paper, one row per (setting, s, method)."""
+    rows = []
+    for (m, st, s), cell in stored.items():
+        paper = PAPER[st][m][0 if s == 20 else 1]
+        ms = mean_std(cell["records"]) if cell["records"] else None
+        rows.append({"setting": st, "s": s, "method": LABELS[m], "ours (paper scale)": fmt(ms) if ms else "-",
+                     "seeds": len(cell["records"]), "paper": paper,
+                     "ours - paper": round(100 * ms[0] - paper, 2) if ms else "-",
+                     "stale / missing": f"{cell['stale']} / {cell['missing']}"})
+    return rows
+
+
+def paper_scale_table(rows: list[dict], stored: dict, setting: int):
+    """One setting of the paper-scale comparison, (method) down and s across: (table, its records)."""
+    import pandas as pd
+
+    df = pd.DataFrame([r for r in rows if r["setting"] == setting]).drop(columns="setting")
+    return (df.set_index(["method", "s"]).unstack("s"),
+            [c["records"] for k, c in stored.items() if k[1] == setting])
+
+
+def paper_scale_gaps(stored: dict, within: float = 2.0) -> list[str]:
+    """How many recorded cells are within ``within`` points of the paper, and why each other one is not."""
+    gaps, done = [], 0
+    for (m, st, s), cell in stored.items():
+        if not cell["records"]:
+            continue
+        done += 1
+        diff = 100 * mean_std(cell["records"])[0] - PAPER[st][m][0 if s == 20 else 1]
+        if abs(diff) > within:
+            gaps.append(f"  Setting {st}, s={s}, {LABELS[m]}: {diff:+.2f}: {gap_note(m, cell['records'])}")
+    return [f"{done - len(gaps)} of {done} recorded cells within {within:g} points of the paper; the others:"] + gaps
+
+
+def plot_paper_scale(stored: dict):
+    """Committed paper-scale records: ours (y) against the paper (x), with a band of 2 points."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.2, 4.6))
+    for (st, s), marker in zip([(st, s) for st in (1, 2, 3) for s in (20, 80)], "os^vD<"):
+        pts = [(PAPER[st][m][0 if s == 20 else 1], 100 * mean_std(stored[(m, st, s)]["records"])[0])
+               for m in METHODS if stored[(m, st, s)]["records"]]
+        if pts:
+            ax.scatter(*zip(*pts), marker=marker, label=f"Setting {st}, s={s}")
+    lims = [75, 92]
+    ax.plot(lims, lims, "k-", lw=0.8)
+    ax.fill_between(lims, [v - 2 for v in lims], [v + 2 for v in lims], color="grey", alpha=0.15, label="within 2 points")
+    ax.set_xlim(lims), ax.set_ylim(lims)
+    ax.set_xlabel("paper (%)")
+    ax.set_ylabel("ours, paper scale (%)")
+    ax.set_title("FMNIST, committed paper-scale records")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    return fig

@@ -12,7 +12,7 @@ import numpy as np
 
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import (RUNTIME, Claim, fmt, mean_std, run_all, set_runtime,  # noqa: F401
+from fedlib.studies.common import (RUNTIME, Claim, fmt, mean_std, run_all, run_grid, set_runtime,  # noqa: F401
                                    with_seeds)
 
 TABLE1 = ["local", "fedavg_ft", "fedproto", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac", "fedmate"]
@@ -63,12 +63,13 @@ FMNIST_CLASSES = ["T-shirt", "trouser", "pullover", "dress", "coat", "sandal", "
 ANALOGUE = {"fmnist": ("cifar10", "CIFAR-10"), "mnist": ("emnist", "EMNIST")}
 
 SCALES = {
-    "ci": dict(clients=6, n=60, rounds=2, cls_epochs=1, epochs=1, eval_every=1, seeds=[0],
+    "ci": dict(clients=6, n=60, rounds=2, cls_epochs=1, epochs=1, eval_every=1, headline_seeds=[0], seeds=[0],
                table1_cells=[("fmnist", 10), ("mnist", 10)], table2_datasets=["fmnist"], repeat=[0.25], global_test=1000),
-    "book": dict(clients=20, n=60, rounds=6, cls_epochs=1, epochs=1, eval_every=6, seeds=[0],
+    "book": dict(clients=20, n=60, rounds=6, cls_epochs=1, epochs=1, eval_every=6, headline_seeds=[0, 1, 2], seeds=[0],
                  table1_cells=[("fmnist", 10), ("fmnist", 70), ("mnist", 10)], table2_datasets=["fmnist"],
                  repeat=[0.1, 0.5], global_test=1000),
-    "paper": dict(clients=20, n=600, rounds=200, cls_epochs=1, epochs=5, eval_every=10, seeds=[0, 1, 2],
+    "paper": dict(clients=20, n=600, rounds=200, cls_epochs=1, epochs=5, eval_every=10, headline_seeds=[0, 1, 2],
+                  seeds=[0, 1, 2],
                   table1_cells=[("fmnist", 10), ("fmnist", 30), ("fmnist", 50), ("fmnist", 70), ("mnist", 10),
                                 ("mnist", 70)], table2_datasets=["fmnist", "mnist"], repeat=[0.1, 0.25, 0.35, 0.5],
                   global_test=None),
@@ -157,3 +158,156 @@ def verdicts(table1: dict, table2: dict, repeat: dict | None, cft: dict | None, 
                             f"{a_w:.2f} vs {a_wo:.2f}", sent(with_) < sent(without) and a_w >= a_wo - 1.0,
                             "holds here means: fewer numbers sent and accuracy within 1 point"))
     return claims
+
+
+# ---------------------------------------------------------------------- the chapter's tables and figures
+LOCAL_TEST = "each client's personalized model on a test set drawn with its own label mix"
+FIG_METHODS = ["fedfa", "fedpac", "fedproto", "fedmate"]
+REPEAT_METHODS = ["fedproto", "fedrep", "fedpac", "fedmate"]
+
+
+def balanced_test(scale: str) -> str:
+    return f"each client's personalized model on the balanced test set ({scale_info(scale)['global_test'] or 'all'} images)"
+
+
+def _table1_config(row: str, cell, scale: str, seed: int) -> Config:
+    ds, s = cell
+    return ablation_config(row, ds, s, scale, seed) if row in ABLATION else config(row, ds, scale, s=s, seed=seed)
+
+
+def table1(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
+    """Table 1 (the methods and the ablation rows): personalized models on a balanced test set, over the
+    headline seeds. Returns (rows, {(dataset, s): {row: records}})."""
+    sc = scale_info(scale)
+    names = TABLE1 + list(ABLATION)
+    runs = run_grid({(cell, r): [_table1_config(r, cell, scale, seed) for seed in sc["headline_seeds"]]
+                     for cell in sc["table1_cells"] for r in names}, desc="Table 1", store=store)
+    table = {}
+    for (cell, r), recs in runs.items():
+        table.setdefault(cell, {})[r] = recs
+    rows = []
+    for r in names:
+        row = {"method": LABELS.get(r, r)}
+        for (ds, s) in sc["table1_cells"]:
+            key, name = ANALOGUE[ds]
+            row[f"{ds.upper()} s={s}"] = fmt(mean_std(table[(ds, s)][r], "personal_global_acc"))
+            row[f"paper {name} s={s}"] = PAPER_T1[r].get((key, s), "-")
+        rows.append(row)
+    return rows, table
+
+
+def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
+    """Table 2: three classes per client, each client tested on its own label mix. Returns (rows,
+    {dataset: {method: records}})."""
+    sc = scale_info(scale)
+    runs = run_grid({(ds, m): with_seeds(config(m, ds, scale, shards=3), sc["seeds"])
+                     for ds in sc["table2_datasets"] for m in TABLE2}, desc="Table 2", store=store)
+    table = {}
+    for (ds, m), recs in runs.items():
+        table.setdefault(ds, {})[m] = recs
+    rows = []
+    for m in TABLE2:
+        row = {"method": LABELS[m]}
+        for ds in sc["table2_datasets"]:
+            row[f"{ds.upper()}"] = fmt(mean_std(table[ds][m], "personal_local_acc"))
+        row["paper CIFAR-10"], row["paper CINIC-10"] = PAPER_T2[m][0], PAPER_T2[m][1]
+        rows.append(row)
+    return rows, table
+
+
+def classwise(scale: str, methods=FIG_METHODS) -> tuple[dict, dict]:
+    """Figs. 3 and 4 (FMNIST, s = 20): per-class recall of the personalized models on the balanced test set,
+    and every client's local prototypes. Returns ({method: recall per class}, {method: (prototypes, labels)})."""
+    from fedlib.experiment import build
+    from fedlib.metrics import per_class_recall
+
+    rounds = scale_info(scale)["rounds"]
+    recall, points = {}, {}
+    for m in methods:
+        federation = build(config(m, "fmnist", scale, s=20))
+        federation.run()
+        recall[m] = per_class_recall(sum(federation.final_confusions["personal_global"]))
+        protos, labels = [], []
+        for c in federation.clients:
+            ctx = federation.context(federation.task(c, rounds))
+            counts, p, _ = federation.method.local_statistics(ctx, federation.method.eval_params(ctx))
+            protos.append(p[counts > 0].numpy())
+            labels.append(np.flatnonzero(counts.numpy() > 0))
+        points[m] = (np.concatenate(protos), np.concatenate(labels))
+    return recall, points
+
+
+def plot_recall(recall: dict, scale: str):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    x = np.arange(10)
+    for i, (m, values) in enumerate(recall.items()):
+        ax.bar(x + (i - 1.5) * 0.2, 100 * values, width=0.2, label=LABELS[m])
+    ax.set_xticks(x, FMNIST_CLASSES, rotation=20, fontsize=8)
+    ax.set_ylabel("accuracy (%)")
+    ax.legend(ncol=4)
+    ax.grid(alpha=0.3, axis="y")
+    ax.set_title(f"per-class accuracy of the personalized models, FMNIST s = 20, scale {scale}")
+    fig.tight_layout()
+    return fig
+
+
+def plot_prototypes(points: dict):
+    """t-SNE (scikit-learn) of every client's local prototypes, coloured by class."""
+    import matplotlib.pyplot as plt
+    from sklearn.manifold import TSNE
+
+    fig, axes = plt.subplots(1, len(points), figsize=(3.75 * len(points), 3.6))
+    for ax, (m, (P, y)) in zip(np.atleast_1d(axes), points.items()):
+        emb = TSNE(n_components=2, random_state=0, init="pca", perplexity=min(30, len(P) - 1)).fit_transform(P)
+        ax.scatter(emb[:, 0], emb[:, 1], c=y, cmap="tab10", s=12)
+        ax.set_title(f"{LABELS[m]}: local prototypes")
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.tight_layout()
+    return fig
+
+
+def repeat_sweep(scale: str, store: str | None = None) -> tuple[dict, dict]:
+    """Fig. 5 (FMNIST, s = 50): clients with repeated samples. Returns ({method: {ratio: ms}}, runs)."""
+    sc = scale_info(scale)
+    runs = run_grid({(m, r): with_seeds(config(m, "fmnist", scale, s=50, repeat=r), sc["seeds"])
+                     for m in REPEAT_METHODS for r in sc["repeat"]}, desc="Fig. 5", progress=False, store=store)
+    out = {}
+    for (m, r), recs in runs.items():
+        out.setdefault(m, {})[r] = mean_std(recs, "personal_global_acc")
+    return out, runs
+
+
+def plot_repeat(repeat: dict, scale: str):
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    for m, res in repeat.items():
+        ax.plot([100 * r for r in res], [100 * v[0] for v in res.values()], marker="o", label=LABELS[m])
+    ax.set_xlabel("repeat ratio (%)")
+    ax.set_ylabel("accuracy, balanced test (%)")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    ax.set_title(f"FMNIST s = 50, scale {scale}")
+    fig.tight_layout()
+    return fig
+
+
+def communication(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
+    """Appx. 2: FedMate with CFT (x = 0.05) against FedMate sending the extractor every round (FMNIST, s = 10).
+    Returns (rows, {"with"|"without": records})."""
+    seeds = scale_info(scale)["seeds"]
+    runs = run_grid({"with": with_seeds(config("fedmate", "fmnist", scale, s=10, hyper={"cft_x": 0.05}), seeds),
+                     "without": with_seeds(config("fedmate", "fmnist", scale, s=10, hyper={"cft": False}), seeds)},
+                    desc="CFT", progress=False, store=store)
+    rows = [{"variant": k, "uploaded / client / round": f"{np.mean([r['uploaded_per_client'] for r in v[0]['history']]):,.0f}",
+             "accuracy": fmt(mean_std(v, "personal_global_acc"))} for k, v in runs.items()]
+    return rows, runs
+
+
+def paper_scale_grid() -> dict:
+    P = SCALES["paper"]
+    return {(cell, r): [_table1_config(r, cell, "paper", seed) for seed in P["headline_seeds"]]
+            for cell in P["table1_cells"] for r in TABLE1 + list(ABLATION)}

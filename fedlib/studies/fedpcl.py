@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import RUNTIME, fmt, mean_std, run_all, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
+from fedlib.studies.common import RUNTIME, fmt, mean_std, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
 
 SINGLE = ["effnet_lite0"]
 MULTI = ["effnet_lite0", "effnet_lite1", "effnet_lite2"]
@@ -39,9 +39,10 @@ PAPER_T1 = {"from scratch (ResNet18)": ("11M", 0.95, 31.75), "1 pre-trained mode
             "3 pre-trained models": ("0.40M", 0.64, 40.47)}
 
 SCALES = {
-    "ci": dict(n_train=60, n_test=30, rounds=2, seeds=[0], sweep_seeds=[0], clients=[5, 10, 20]),
-    "book": dict(n_train=400, n_test=200, rounds=6, seeds=[0, 1], sweep_seeds=[0], clients=[5, 20, 80]),
-    "paper": dict(n_train=2000, n_test=500, rounds=50, seeds=[0, 1, 2], sweep_seeds=[0, 1, 2],
+    "ci": dict(n_train=60, n_test=30, rounds=2, headline_seeds=[0], seeds=[0], sweep_seeds=[0], clients=[5, 10, 20]),
+    "book": dict(n_train=400, n_test=200, rounds=6, headline_seeds=[0, 1, 2], seeds=[0, 1], sweep_seeds=[0],
+                 clients=[5, 20, 80]),
+    "paper": dict(n_train=2000, n_test=500, rounds=50, headline_seeds=[0, 1, 2], seeds=[0, 1, 2], sweep_seeds=[0, 1, 2],
                   clients=[5, 10, 20, 40, 80]),
 }
 
@@ -128,3 +129,267 @@ def verdicts(table2: dict, alpha_res: dict | None = None, client_res: dict | Non
             "; ".join(f"{s}: " + " / ".join(f"{100 * t6[v][s][0]:.2f}" for v in t6) for s in settings)
             + " (global only / local only / both)", all(ok)))
     return claims
+
+
+# ---------------------------------------------------------------------- the chapter's tables and figures
+LOCAL_TEST = "each client's local test images (its own domain; under label shift, drawn with its own label mix)"
+NAMES_T5 = {"ce": "Cross Entropy", "ce_protodist": "Cross Entropy + ProtoDist", "supcon": "Supervised Contrastive",
+            "pcl": "FedPCL (Eq. 10)"}
+VARIANTS_T6 = {"global only": {"use_local": False}, "local only": {"use_global": False}, "global and local": {}}
+ALPHAS = [0.5, 1, 2, 5, 10]
+NOISE = [0.0, 0.05, 0.1, 0.2, 0.5]
+
+
+def plot_domains(data):
+    """One training image per class and domain, and the images per domain: (figure, counts table)."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from fedlib.data.domains import DOMAIN_LABELS, DOMAINS
+
+    fig, axes = plt.subplots(len(DOMAINS), 10, figsize=(10, 4.4))
+    for r, name in enumerate(DOMAINS):
+        idx = (data.train_domain == r).nonzero().flatten()
+        for c in range(10):
+            i = idx[data.train_y[idx] == c][0]
+            axes[r, c].imshow(data.train_x[i].permute(1, 2, 0).numpy())
+            axes[r, c].axis("off")
+        axes[r, 0].set_title(DOMAIN_LABELS[name], fontsize=8, loc="left")
+    fig.tight_layout()
+    counts = pd.DataFrame({DOMAIN_LABELS[n]: [int((data.train_domain == d).sum()), int((data.test_domain == d).sum())]
+                           for d, n in enumerate(DOMAINS)}, index=["train", "test"])
+    return fig, counts.rename_axis("images")
+
+
+def backbone_checks(data) -> tuple[list[dict], list[dict]]:
+    """Sanity of the shipped weights: the EfficientNets' top-1 ImageNet class of two photos, and each
+    ccexam digit classifier's accuracy (%) on each domain's test images."""
+    from importlib.resources import files as resource_files
+
+    import ccexam.models as M
+    import skimage.data as skd
+    import torch
+    import torchvision
+
+    from fedlib.backbones import _ccexam_prepare, _effnet_prepare, imagenet_classifier
+    from fedlib.data.domains import DOMAIN_LABELS, DOMAINS
+
+    categories = torchvision.models.ResNet18_Weights.IMAGENET1K_V1.meta["categories"]  # class names, no weights
+    photos = {"chelsea (a cat)": skd.chelsea(), "coffee (a cup)": skd.coffee()}
+    imagenet = []
+    for v in (0, 1, 2):
+        net = imagenet_classifier(v)
+        for name, img in photos.items():
+            x = torch.from_numpy(img).permute(2, 0, 1)[None].float() / 255
+            with torch.no_grad():
+                p = net(_effnet_prepare()(x, 224)).softmax(1)
+            imagenet.append({"backbone": f"EfficientNet-Lite{v}", "photo": name,
+                             "top-1 ImageNet class": categories[int(p.argmax())]})
+    digits = []
+    for ds, (cls, size) in {"mnist": (M.MNISTNet, 28), "usps": (M.USPSNet, 16), "svhn": (M.SVHNNet, 32)}.items():
+        net = cls(input_size=size)
+        net.load_state_dict(torch.load(resource_files("ccexam") / "weights" / f"{ds}.pth", map_location="cpu",
+                                       weights_only=True))
+        net.eval()
+        row = {"ccexam classifier": ds.upper()}
+        for d, name in enumerate(DOMAINS):
+            m = data.test_domain == d
+            with torch.no_grad():
+                pred = net(_ccexam_prepare(ds)(data.test_x[m])).argmax(1)
+            row[DOMAIN_LABELS[name]] = round(100 * float((pred == data.test_y[m]).float().mean()), 1)
+        digits.append(row)
+    return imagenet, digits
+
+
+def table2(scale: str, store: str | None = None) -> dict:
+    """Table 2 (feature shift, 4 clients): {(backbones "s"|"m", method): records over the headline seeds}."""
+    seeds = scale_info(scale)["headline_seeds"]
+    return run_grid({(bb, m): with_seeds(config(m, "feature shift", bbs, scale), seeds)
+                     for bb, bbs in (("s", SINGLE), ("m", MULTI)) for m in METHODS}, desc="Table 2", store=store)
+
+
+def table2_rows(runs: dict) -> list[dict]:
+    """Accuracy per domain, mean (std) over seeds, the average, and what each client uploads; the paper beside."""
+    import numpy as np
+
+    from fedlib.data.domains import DOMAIN_LABELS, DOMAINS
+
+    rows = []
+    for (bb, m), recs in runs.items():
+        per_client = np.array([r["final"]["personal_local_acc_clients"] for r in recs]) * 100  # seeds x domains
+        row = {"BB": bb, "method": LABELS[m]}
+        for d, name in enumerate(DOMAINS):
+            row[DOMAIN_LABELS[name]] = f"{per_client[:, d].mean():.2f} ({per_client[:, d].std():.2f})"
+        row["avg (4 domains)"] = fmt(mean_std(recs))
+        up = recs[0]["history"][-1]["uploaded_per_client"]
+        row["comm params"] = f"{int(up):,}" if up else "-"
+        p = PAPER_T2[m][bb]
+        row["paper MNIST / MNIST-M / Synth"] = f"{p[0]:.2f} / {p[1]:.2f} / {p[2]:.2f}"
+        row["paper avg (5 domains)"] = p[3]
+        row["paper comm"] = f"{p[4]:,}" if p[4] else "-"
+        rows.append(row)
+    return rows
+
+
+def label_shift(scale: str, store: str | None = None) -> tuple[dict, dict, dict]:
+    """Label shift on digit4 (cf. Fig. 3): FedPCL, FedRep and Solo against Dirichlet alpha (10 clients), FedPCL
+    and FedAvg against the number of clients (alpha = 1). Returns ({method: {alpha: ms}}, {method: {clients: ms}},
+    every run)."""
+    sc = scale_info(scale)
+
+    def cfgs(m, alpha, n):
+        return with_seeds(config(m, "label shift", MULTI, scale, partition={"name": "dirichlet", "alpha": alpha,
+                                                                           "min_size": 2}, num_clients=n),
+                          sc["sweep_seeds"])
+
+    grid = {("alpha", m, a): cfgs(m, a, 10) for m in ["fedpcl", "fedrep", "local"] for a in ALPHAS}
+    grid.update({("clients", m, n): cfgs(m, 1.0, n) for m in ["fedpcl", "fedavg"] for n in sc["clients"]})
+    runs = run_grid(grid, desc="label shift", progress=False, store=store)
+    by = {"alpha": {}, "clients": {}}
+    for (kind, m, x), recs in runs.items():
+        by[kind].setdefault(m, {})[x] = mean_std(recs)
+    return by["alpha"], by["clients"], runs
+
+
+def plot_label_shift(alpha_res: dict, client_res: dict, scale: str):
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    for ax, res in zip(axes, (alpha_res, client_res)):
+        for m, points in res.items():
+            xs = list(points)
+            ax.errorbar(xs, [100 * points[x][0] for x in xs], yerr=[100 * points[x][1] for x in xs], marker="o",
+                        capsize=3, label=LABELS[m])
+        ax.set_xscale("log")
+        ax.legend()
+        ax.grid(alpha=0.3)
+    axes[0].set_xlabel("Dirichlet alpha (10 clients)")
+    axes[0].set_ylabel("accuracy (%)")
+    axes[1].set_xlabel("number of clients (alpha = 1)")
+    fig.suptitle(f"label shift on digit4, scale {scale}, seeds {scale_info(scale)['sweep_seeds']}")
+    fig.tight_layout()
+    return fig
+
+
+def table4(scale: str) -> tuple[list[dict], dict]:
+    """Table 4 analogue: FedPCL with other sets of frozen backbones (feature & label shift)."""
+    from fedlib.backbones import BACKBONES
+
+    seeds = scale_info(scale)["seeds"]
+    runs = run_grid({name: with_seeds(config("fedpcl", "feature & label shift", bbs, scale), seeds)
+                     for name, bbs in BACKBONE_SETS.items()}, desc="Table 4", progress=False)
+    rows = [{"backbones": name, "feature dim": sum(BACKBONES[b].dim for b in BACKBONE_SETS[name]),
+             "FedPCL acc": fmt(mean_std(recs))} for name, recs in runs.items()]
+    return rows, runs
+
+
+def table5(scale: str, store: str | None = None) -> tuple[list[dict], dict, dict]:
+    """Table 5 analogue: FedPCL's loss replaced (feature & label shift). Returns (rows, {loss: ms}, runs)."""
+    seeds = scale_info(scale)["seeds"]
+    runs = run_grid({loss: with_seeds(config("fedpcl", "feature & label shift", MULTI, scale, hyper={"loss": loss}), seeds)
+                     for loss in NAMES_T5}, desc="Table 5", progress=False, store=store)
+    t5 = {loss: mean_std(recs) for loss, recs in runs.items()}
+    rows = [{"loss": NAMES_T5[loss], f"ours ({scale})": fmt(ms), "paper": PAPER_T5[loss]} for loss, ms in t5.items()]
+    return rows, t5, runs
+
+
+def table6(scale: str, store: str | None = None) -> tuple[list[dict], dict, dict]:
+    """Table 6 analogue: global and/or local prototypes in each setting. Returns (rows, {variant: {setting:
+    ms}}, runs)."""
+    seeds = scale_info(scale)["seeds"]
+    runs = run_grid({(label, setting): with_seeds(config("fedpcl", setting, MULTI, scale, hyper=hp), seeds)
+                     for label, hp in VARIANTS_T6.items() for setting in SETTINGS}, desc="Table 6", progress=False,
+                    store=store)
+    t6, rows = {}, []
+    for label in VARIANTS_T6:
+        row = {"prototypes": label}
+        t6[label] = {}
+        for k, setting in enumerate(SETTINGS):
+            t6[label][setting] = mean_std(runs[(label, setting)])
+            row[setting] = fmt(t6[label][setting])
+            row[f"paper: {setting}"] = PAPER_T6[label][k]
+        rows.append(row)
+    return rows, t6, runs
+
+
+def plot_backbone_similarity(scale: str):
+    """Fig. 5 analogue: per client, how close the prototypes made from one backbone's features alone are to
+    the fused prototypes (cosine, normalised over backbones), after a FedPCL run under feature shift."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import torch
+
+    from fedlib.backbones import BACKBONES
+    from fedlib.data.domains import DOMAIN_LABELS, DOMAINS
+    from fedlib.experiment import build
+
+    federation = build(config("fedpcl", "feature shift", MULTI, scale))
+    federation.run()
+    fed = federation.data
+    dims = np.cumsum([0] + [BACKBONES[b].dim for b in MULTI])
+    S = np.zeros((len(MULTI), fed.num_clients))
+    for c in federation.clients:
+        x, y = fed.data.train_x[fed.train_idx[c.id]], fed.data.train_y[fed.train_idx[c.id]]
+        fused = federation.trainer.features(c.model, x).z
+        Cf = torch.zeros(10, fused.shape[1]).index_add_(0, y, fused)
+        for k in range(len(MULTI)):
+            xk = torch.zeros_like(x)
+            xk[:, dims[k]:dims[k + 1]] = x[:, dims[k]:dims[k + 1]]
+            zk = federation.trainer.features(c.model, xk).z
+            Ck = torch.zeros(10, zk.shape[1]).index_add_(0, y, zk)
+            S[k, c.id] = float(torch.nn.functional.cosine_similarity(Ck, Cf, dim=1).mean())
+    S = S / S.sum(0, keepdims=True)
+    fig, ax = plt.subplots(figsize=(5.5, 2.8))
+    im = ax.imshow(S, cmap="viridis")
+    ax.set_yticks(range(len(MULTI)), [f"EffNet-Lite{k}" for k in range(3)])
+    ax.set_xticks(range(fed.num_clients), [DOMAIN_LABELS[DOMAINS[d]] for d in fed.client_domains], rotation=20)
+    for (i, j), v in np.ndenumerate(S):
+        ax.text(j, i, f"{v:.2f}", ha="center", va="center", color="w", fontsize=8)
+    fig.colorbar(im, ax=ax)
+    ax.set_title("normalised similarity of backbone-only to fused prototypes")
+    fig.tight_layout()
+    return fig
+
+
+def noise_sweep(scale: str) -> tuple[list[dict], dict]:
+    """FedPCL with Gaussian noise of std sigma added to the uploaded prototypes (feature shift)."""
+    seeds = scale_info(scale)["sweep_seeds"]
+    runs = run_grid({s: with_seeds(config("fedpcl", "feature shift", MULTI, scale, hyper={"noise": s}), seeds)
+                     for s in NOISE}, desc="noise", progress=False)
+    return [{"noise std": s, "FedPCL acc": fmt(mean_std(recs))} for s, recs in runs.items()], runs
+
+
+def table1(table2_runs: dict, scale: str) -> tuple[list[dict], list]:
+    """Table 1 analogue: FedAvg from scratch (cnn3) against FedAvg on 1 and 3 frozen backbones."""
+    import numpy as np
+
+    seeds = scale_info(scale)["seeds"]
+    scratch = run_all(with_seeds(config("fedavg", "feature shift", None, scale, model="cnn3"), seeds), progress=False)
+    modes = (("from scratch (cnn3)", scratch, "from scratch (ResNet18)"),
+             ("1 frozen backbone", table2_runs[("s", "fedavg")], "1 pre-trained model"),
+             ("3 frozen backbones", table2_runs[("m", "fedavg")], "3 pre-trained models"))
+    rows = []
+    for label, recs, key in modes:
+        r0 = recs[0]
+        rows.append({"mode": label, "rounds": r0["config"]["rounds"],
+                     "params sent / client / round": f"{int(r0['history'][-1]['uploaded_per_client']):,}",
+                     "s / round": round(np.mean([r["wall_time_s"] / r["config"]["rounds"] for r in recs]), 2),
+                     "acc": fmt(mean_std(recs)), "paper (params, s/round, acc @50 rounds)": PAPER_T1[key]})
+    return rows, [recs for _, recs, _ in modes]
+
+
+# ---------------------------------------------------------------------- the committed paper-scale records
+def paper_scale_grid() -> dict:
+    seeds = SCALES["paper"]["headline_seeds"]
+    return {(bb, m): with_seeds(config(m, "feature shift", bbs, "paper"), seeds)
+            for bb, bbs in (("s", SINGLE), ("m", MULTI)) for m in METHODS}
+
+
+def paper_scale_rows(stored: dict) -> list[dict]:
+    rows = []
+    for (bb, m), cell in stored.items():
+        ms = mean_std(cell["records"]) if cell["records"] else None
+        rows.append({"BB": bb, "method": LABELS[m], "ours (paper scale)": fmt(ms) if ms else "-",
+                     "seeds": len(cell["records"]), "paper avg (5 domains)": PAPER_T2[m][bb][3],
+                     "ours - paper": round(100 * ms[0] - PAPER_T2[m][bb][3], 2) if ms else "-"})
+    return rows

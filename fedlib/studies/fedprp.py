@@ -12,7 +12,7 @@ import numpy as np
 
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import (RUNTIME, Claim, fmt, mean_std, run_all, set_runtime,  # noqa: F401
+from fedlib.studies.common import (RUNTIME, Claim, fmt, mean_std, run_all, run_grid, set_runtime,  # noqa: F401
                                    with_seeds)
 
 METHODS = ["apfl", "fedrep", "fedprox", "fedproto", "fedrod", "fedphp", "fedavg", "fedic", "creff", "fedprp"]
@@ -93,6 +93,7 @@ SERVER_PER_CLASS = {"ci": 10, "book": 20, "paper": 100}
 # the second dataset is a check on the first: fewer seeds below paper scale
 DATASET_SEEDS = {"ci": {"fmnist": [0], "mnist": [0]}, "book": {"fmnist": [0, 1], "mnist": [0]},
                  "paper": {"fmnist": [0, 1, 2], "mnist": [0, 1, 2]}}   # FEDIC's auxiliary set (the official code: 1,000 of 50,000)
+HEADLINE_SEEDS = {"ci": [0], "book": [0, 1, 2], "paper": [0, 1, 2]}   # Table I (shards), both datasets
 METRICS = ["fedprp", "class_groups", "own_classes"]
 
 
@@ -202,3 +203,198 @@ def verdicts(table1: dict, table2: dict, table5: dict, table3: dict | None, abla
 
 def time_per_round(records: list[dict]) -> float:
     return float(np.mean([r["wall_time_s"] / r["config"]["rounds"] for r in records]))
+
+
+# ---------------------------------------------------------------------- the chapter's tables and figures
+A_LOC = "A_loc: each participant's personalized model on the balanced test set"
+A_GLO = "A_glo: the global model on the balanced test set"
+A_SEL = "A_sel: each participant's model on a test set drawn with its own label mix"
+KINDS = ("shards", "dirichlet")
+
+
+def comparison(scale: str, store: str | None = None) -> dict:
+    """Tables I, II, III and V: every method on both datasets under sharding (the headline seeds) and
+    Dirichlet skew (the dataset's seeds), first long-tail gamma: {(dataset, kind, method): records}."""
+    sc = scale_info(scale)
+    gamma = sc["gammas"][0]
+    seeds = {"shards": {ds: HEADLINE_SEEDS[scale] for ds in sc["datasets"]}, "dirichlet": DATASET_SEEDS[scale]}
+    return run_grid({(ds, kind, m): with_seeds(config(m, ds, kind, gamma, scale), seeds[kind][ds])
+                     for ds in sc["datasets"] for kind in KINDS for m in METHODS}, desc="Tables I, II, III, V", store=store)
+
+
+def _fmt_last(records, metric, scale):
+    return fmt(last(records, metric, scale))
+
+
+def table1_rows(runs: dict, scale: str) -> list[dict]:
+    """Table I: A_loc under sharding on both datasets, A_loc under the official code's protocol, the paper."""
+    datasets = scale_info(scale)["datasets"]
+    rows = []
+    for m in METHODS:
+        row = {"method": LABELS[m]}
+        for ds in datasets:
+            row[f"{ds.upper()}-LT A_loc"] = _fmt_last(runs[(ds, "shards", m)], "a_loc", scale)
+        key = "personal_own_acc@restricted" if m == "fedprp" else "personal_own_acc"
+        row["A_loc, code's protocol"] = _fmt_last(runs[(datasets[0], "shards", m)], key, scale)
+        row["paper (CIFAR-10)"] = PAPER_T1[(4, 0.1)][m]
+        rows.append(row)
+    return rows
+
+
+def table2_rows(runs: dict, scale: str) -> list[dict]:
+    """Tables II and V: A_glo and A_sel under Dirichlet skew, the paper beside."""
+    datasets = scale_info(scale)["datasets"]
+    rows = []
+    for m in METHODS:
+        row = {"method": LABELS[m]}
+        for ds in datasets:
+            row[f"{ds.upper()}-LT A_glo"] = _fmt_last(runs[(ds, "dirichlet", m)], "a_glo", scale)
+        row["paper A_glo"] = PAPER_T2[(0.4, 0.1)][m]
+        for ds in datasets:
+            row[f"{ds.upper()}-LT A_sel"] = _fmt_last(runs[(ds, "dirichlet", m)], "a_sel", scale)
+        row["paper A_sel"] = PAPER_T5[(0.4, 0.1)].get(m, "-")
+        rows.append(row)
+    return rows
+
+
+def table3_rows(runs: dict, scale: str) -> list[dict]:
+    """Table III: the global model on all classes and on the Many / Medium / Few groups (first dataset)."""
+    ds = scale_info(scale)["datasets"][0]
+    rows = []
+    for kind in KINDS:
+        for m in [m for m in METHODS if m in PAPER_T3["shards"]]:
+            vals = [last(runs[(ds, kind, m)], k, scale)[0] * 100
+                    for k in ("a_glo", "global_many", "global_medium", "global_few", "global_groups_average")]
+            paper = PAPER_T3[kind][m]
+            rows.append({"partition": kind, "method": LABELS[m],
+                         **{k: f"{v:.2f}" for k, v in zip(("All", "Many", "Medium", "Few", "Average"), vals)},
+                         "paper All / Few": f"{paper[0]:.2f} / {paper[3]:.2f}"})
+    return rows
+
+
+def plot_groups(rows: list[dict]):
+    """Table III as bars: the global model's accuracy per class group, per method and partition."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.4), sharey=True)
+    for ax, kind in zip(axes, KINDS):
+        sub = [r for r in rows if r["partition"] == kind]
+        x = np.arange(len(sub))
+        for i, g in enumerate(("Many", "Medium", "Few")):
+            ax.bar(x + (i - 1) * 0.27, [float(r[g]) for r in sub], width=0.27, label=g)
+        ax.set_xticks(x, [r["method"] for r in sub], rotation=30, fontsize=8)
+        ax.set_title(f"{kind}: global model per class group")
+        ax.grid(alpha=0.3, axis="y")
+    axes[0].set_ylabel("accuracy (%)")
+    axes[0].legend()
+    fig.tight_layout()
+    return fig
+
+
+def plot_a_glo(runs: dict, scale: str):
+    """A_glo over the rounds (cf. Fig. 5), both partitions, first dataset."""
+    import matplotlib.pyplot as plt
+
+    from fedlib.plots import learning_curves
+
+    ds = scale_info(scale)["datasets"][0]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
+    for ax, kind in zip(axes, KINDS):
+        learning_curves({LABELS[m]: runs[(ds, kind, m)] for m in METHODS}, metric="a_glo", ax=ax,
+                        title=f"{ds.upper()}-LT {kind}, scale {scale}")
+    fig.tight_layout()
+    return fig
+
+
+def late_clients(scale: str, store: str | None = None) -> tuple[list[dict], dict, dict]:
+    """Table VII: clients that join in the last round. Returns (rows, {method: (A_loc, A_glo) in %}, runs)."""
+    sc = scale_info(scale)
+    ds, gamma = sc["datasets"][0], sc["gammas"][0]
+    runs = run_grid({m: with_seeds(config(m, ds, "shards", gamma, scale, late=True), sc["sweep_seeds"]) for m in PAPER_T7},
+                    desc="Table VII", progress=False, store=store)
+    new = {m: (100 * last(recs, "a_loc", scale)[0], 100 * last(recs, "a_glo", scale)[0]) for m, recs in runs.items()}
+    rows = [{"method": LABELS[m], "new clients A_loc": f"{a:.2f}", "A_glo": f"{g:.2f}",
+             "paper A_loc / A_glo (CIFAR-10 s=5, gamma=0.5)": f"{PAPER_T7[m][0]:.2f} / {PAPER_T7[m][1]:.2f}"}
+            for m, (a, g) in new.items()]
+    return rows, new, runs
+
+
+def ablation(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
+    """Table VIII: FedPRP with L_ID and/or L_IC switched off. Returns (rows, {row: records})."""
+    sc = scale_info(scale)
+    ds, gamma = sc["datasets"][0], sc["gammas"][0]
+    runs = run_grid({row: with_seeds(config("fedprp", ds, "shards", gamma, scale, hyper={"use_id": use_id, "use_ic": use_ic}),
+                                     DATASET_SEEDS[scale][ds])
+                     for row, (use_id, use_ic, _, _) in PAPER_T8.items()}, desc="Table VIII", progress=False, store=store)
+    rows = [{"variant": row, "L_ID": "yes" if v[0] else "no", "L_IC": "yes" if v[1] else "no",
+             "A_loc": _fmt_last(runs[row], "a_loc", scale), "A_glo": _fmt_last(runs[row], "a_glo", scale),
+             "paper A_loc / A_glo": f"{v[2]:.2f} / {f'{v[3]:.2f}' if v[3] is not None else '-'}"}
+            for row, v in PAPER_T8.items()]
+    return rows, runs
+
+
+def beta_sweep(scale: str, store: str | None = None) -> dict:
+    """Fig. 7: the weight beta of the old global prototypes (Eq. 8): {beta: records}."""
+    sc = scale_info(scale)
+    ds, gamma = sc["datasets"][0], sc["gammas"][0]
+    return run_grid({beta: with_seeds(config("fedprp", ds, "shards", gamma, scale, hyper={"beta": beta}), sc["sweep_seeds"])
+                     for beta in (0.1, 0.5, 0.9)}, desc="Fig. 7", progress=False, store=store)
+
+
+def plot_beta(beta_runs: dict, scale: str):
+    import matplotlib.pyplot as plt
+
+    ds = scale_info(scale)["datasets"][0]
+    fig, ax = plt.subplots(figsize=(6, 3.4))
+    x = np.arange(4)
+    for i, (beta, recs) in enumerate(beta_runs.items()):
+        vals = [100 * last(recs, k, scale)[0] for k in ("a_glo", "global_many", "global_medium", "global_few")]
+        ax.bar(x + (i - 1) * 0.27, vals, width=0.27, label=f"beta = {beta}")
+    ax.set_xticks(x, ["All", "Many", "Medium", "Few"])
+    ax.set_ylabel("A_glo (%)")
+    ax.legend()
+    ax.grid(alpha=0.3, axis="y")
+    ax.set_title(f"FedPRP, {ds.upper()}-LT shards, scale {scale}")
+    fig.tight_layout()
+    return fig
+
+
+def plot_features(scale: str, methods=("fedavg", "fedprp"), clients: int = 5):
+    """t-SNE (scikit-learn) of the features of the first clients' training images after a run (cf. Fig. 4)."""
+    import matplotlib.pyplot as plt
+    from sklearn.manifold import TSNE
+
+    from fedlib.experiment import build
+
+    sc = scale_info(scale)
+    fig, axes = plt.subplots(1, len(methods), figsize=(5.5 * len(methods), 4.2))
+    for ax, m in zip(np.atleast_1d(axes), methods):
+        federation = build(config(m, sc["datasets"][0], "shards", sc["gammas"][0], scale))
+        federation.run()
+        feats, labels = [], []
+        for c in federation.clients[:clients]:
+            ctx = federation.context(federation.task(c, sc["rounds"]))
+            out = ctx.features(federation.method.eval_params(ctx))
+            feats.append(out.z.numpy())
+            labels.append(ctx.labels.numpy())
+        emb = TSNE(n_components=2, random_state=0, init="pca", perplexity=20).fit_transform(np.concatenate(feats))
+        ax.scatter(emb[:, 0], emb[:, 1], c=np.concatenate(labels), cmap="tab10", s=6)
+        ax.set_title(f"{LABELS[m]}: {clients} clients' features, coloured by class")
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.tight_layout()
+    return fig
+
+
+def cost_rows(runs: dict, scale: str) -> list[dict]:
+    """Cf. Table VI: seconds per round and numbers uploaded per client per round (Dirichlet, first dataset)."""
+    ds = scale_info(scale)["datasets"][0]
+    return [{"method": LABELS[m], "s / round (ours)": round(time_per_round(runs[(ds, "dirichlet", m)]), 2),
+             "uploaded numbers / client / round": f"{int(runs[(ds, 'dirichlet', m)][0]['final']['uploaded_per_client']):,}"}
+            for m in METHODS]
+
+
+def paper_scale_grid() -> dict:
+    P = SCALES["paper"]
+    return {(ds, kind, m): with_seeds(config(m, ds, kind, g, "paper"), DATASET_SEEDS["paper"][ds])
+            for ds in P["datasets"] for kind in KINDS for g in P["gammas"] for m in METHODS}

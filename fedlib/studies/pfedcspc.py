@@ -8,9 +8,11 @@ analogue and are not substituted.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import (RUNTIME, Claim, fmt, mean_std, run_all, set_runtime,  # noqa: F401
+from fedlib.studies.common import (RUNTIME, Claim, fmt, mean_std, run_all, run_grid, set_runtime,  # noqa: F401
                                    with_seeds)
 
 # Table II: global-model methods (their "Local" is the global model fine-tuned on each client, the paper's
@@ -77,13 +79,13 @@ ANALOGUE = {"fmnist": "CIFAR-10", "mnist": "CIFAR-10 (second column)", "digits":
 # paper's tuning set {0.01, 0.05, 0.1, 0.5}): at lr 0.05 the default 0.5 made the loss NaN in round 7.
 SCALES = {
     "ci": dict(datasets=["digits"], clients=6, per_class=None, rounds=2, epochs=1, lr=0.05, eval_every=1, seeds=[0],
-               main_seeds=[0], server_epochs=2, etf_rounds=1, global_test=None, fig6=[(1, 5)], clusters=[1],
+               headline_seeds=[0], main_seeds=[0], server_epochs=2, etf_rounds=1, global_test=None, fig6=[(1, 5)], clusters=[1],
                betas=[0.5], model="cnn_cspc"),
     "book": dict(datasets=["fmnist"], clients=10, per_class=300, rounds=8, epochs=1, lr=0.03, eval_every=2, seeds=[0],
-                 main_seeds=[0], server_epochs=5, etf_rounds=2, kappa=0.1, global_test=2000, fig6=[(1, 5), (5, 1)],
+                 headline_seeds=[0, 1, 2], main_seeds=[0], server_epochs=5, etf_rounds=2, kappa=0.1, global_test=2000, fig6=[(1, 5), (5, 1)],
                  clusters=[1], betas=[0.5], model="cnn_cspc"),
     "paper": dict(datasets=["fmnist", "mnist"], clients=10, per_class=None, rounds=100, epochs=10, lr=0.01, eval_every=1,
-                  seeds=[0, 1, 2], main_seeds=[0, 1, 2], server_epochs=100, etf_rounds=20, global_test=None,
+                  seeds=[0, 1, 2], headline_seeds=[0, 1, 2], main_seeds=[0, 1, 2], server_epochs=100, etf_rounds=20, global_test=None,
                   fig6=[(r, a) for r in (1, 5) for a in (1, 2, 4, 8)], clusters=[1, 3, 5], betas=[0.1, 0.5],
                   model="cnn_cspc"),
 }
@@ -145,7 +147,6 @@ def verdicts(table2: dict, table3: dict, table4: dict, table5: dict, table6: dic
     claims = []
     hm = {m: 100 * mean_std(r, "hm")[0] for m, r in table2.items()}
     glob = {m: 100 * mean_std(r, "acc_global")[0] for m, r in table2.items()}
-    loc = {m: 100 * mean_std(r, "i_local")[0] for m, r in table2.items()}
     best = max(hm, key=hm.get)
     claims.append(Claim("pFedCSPC has the best balance of generalization and personalization (Table II, HM)",
                         "CIFAR-10 HM 70.31 vs FedETF 69.61, GRACE 68.52",
@@ -189,3 +190,225 @@ def verdicts(table2: dict, table3: dict, table4: dict, table5: dict, table6: dic
                         "pfedcspc" in reached and all(r is None or r >= reached["pfedcspc"] for r in table7.values()),
                         "ties count as holding"))
     return claims
+
+
+# ---------------------------------------------------------------------- the chapter's tables and figures
+GLOBAL = "Global (ACC_global): the global model on the balanced test set"
+LOCAL = ("Local (I_local, Eq. 20): each client's model on a test set drawn with its own label mix, harmonic mean of "
+         "accuracy and macro-F1")
+TABLE6_BASES = ["fedprox", "moon", "fedasam"]
+
+
+def with_seed_in(records: list[dict], seeds) -> list[dict]:
+    """The records of ``seeds`` only (tables that reuse Table II's runs compare methods on the same seeds)."""
+    return [r for r in records if r["seed"] in seeds]
+
+
+def _by_dataset(runs: dict) -> dict:
+    out = {}
+    for (ds, m), recs in runs.items():
+        out.setdefault(ds, {})[m] = recs
+    return out
+
+
+def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
+    """Table II over the headline seeds: (rows, {dataset: {method: records}})."""
+    sc = scale_info(scale)
+    runs = run_grid({(ds, m): with_seeds(config(m, ds, scale), sc["headline_seeds"]) for ds in sc["datasets"] for m in TABLE2},
+                    desc="Table II", store=store)
+    table = _by_dataset(runs)
+    rows = []
+    for m in TABLE2:
+        row = {"method": LABELS[m]}
+        for ds in sc["datasets"]:
+            for metric, name in (("acc_global", "Global"), ("i_local", "Local"), ("hm", "HM")):
+                row[f"{ds.upper()} {name}"] = fmt(mean_std(table[ds][m], metric))
+        row.update({f"paper C10 {n}": v for n, v in zip(("Global", "Local", "HM"), PAPER_T2[m])})
+        rows.append(row)
+    return rows, table
+
+
+def plot_tradeoff(table: dict, scale: str):
+    """Table II as a plane: Global (x) against Local (y), one marker per method and a legend, so that
+    methods with close numbers stay readable."""
+    import matplotlib.pyplot as plt
+
+    ds = scale_info(scale)["datasets"][0]
+    fig, ax = plt.subplots(figsize=(7.5, 4.2))
+    markers = "os^vD<>phX*P"
+    for i, m in enumerate(TABLE2):
+        g, loc = (100 * mean_std(table[ds][m], k)[0] for k in ("acc_global", "i_local"))
+        ax.scatter(g, loc, s=140 if m == "pfedcspc" else 45, marker="*" if m == "pfedcspc" else markers[i % len(markers)],
+                   color=f"C{i % 10}", edgecolor="k" if m == "pfedcspc" else "none", label=LABELS[m])
+    ax.set_xlabel("Global: ACC_global (%)")
+    ax.set_ylabel("Local: I_local (%)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.set_title(f"{ds.upper()}, scale {scale}: up and to the right is better")
+    fig.tight_layout()
+    return fig
+
+
+def table3(table2_: dict, scale: str, store: str | None = None) -> tuple[list[dict], dict, list]:
+    """Table III: I_local of the personalized-FL baselines; FedAvg, FedAvg-FT and pFedCSPC come from Table II's
+    runs (their seeds among the main seeds). Returns (rows, {dataset: {method: records}}, every record used)."""
+    sc = scale_info(scale)
+    seeds = sc["main_seeds"]
+    runs = run_grid({(ds, m): with_seeds(config(m, ds, scale), seeds) for ds in sc["datasets"]
+                     for m in TABLE3 if m not in ("fedavg", "fedavg_ft", "pfedcspc")}, desc="Table III", store=store)
+    table = {ds: {} for ds in sc["datasets"]}
+    table.update(_by_dataset(runs))
+    rows, used = [], list(runs.values())
+    for m in TABLE3:
+        row = {"method": LABELS[m]}
+        for ds in sc["datasets"]:
+            if m in ("fedavg", "fedavg_ft", "pfedcspc"):
+                recs = with_seed_in(table2_[ds]["fedavg" if m == "fedavg_ft" else m], seeds)
+                value = mean_std(recs, "global_local_i_local" if m == "fedavg" else "i_local")
+                used.append(recs)
+            else:
+                value = mean_std(table[ds][m], "i_local")
+            row[f"{ds.upper()} I_local"] = fmt(value)
+        row["paper C10"] = PAPER_T3[m]
+        rows.append(row)
+    return rows, table, used
+
+
+def ablations(table2_: dict, scale: str, store: str | None = None) -> dict:
+    """Tables IV and V: {run name: records} for every ablation run (FedAvg and the full method from Table II)."""
+    sc = scale_info(scale)
+    ds, seeds = sc["datasets"][0], sc["seeds"]
+    runs = run_grid({name: with_seeds(ablation_config(name, ds, scale), seeds) for name in ABLATION_RUNS if name != "full"},
+                    desc="Tables IV-V", store=store)
+    runs["fedavg"] = with_seed_in(table2_[ds]["fedavg"], seeds)
+    runs["full"] = with_seed_in(table2_[ds]["pfedcspc"], seeds)
+    return runs
+
+
+def ablation_tables(runs: dict, scale: str) -> tuple:
+    """(Table IV {row: ms}, Table V {row: ms}, Table IV rows, Table V rows)."""
+    ds = scale_info(scale)["datasets"][0].upper()
+    table4 = {row: mean_std(runs[run], metric) for row, (run, metric) in TABLE4.items()}
+    table5 = {row: mean_std(runs[run], metric) for row, (run, metric) in TABLE5.items()}
+    rows4 = [{"row": r, f"{ds} ACC_global": fmt(v), "paper C10 (C=1.0)": PAPER_T4[r]} for r, v in table4.items()]
+    rows5 = [{"row": r, f"{ds} I_local": fmt(v), "paper C10": PAPER_T5[r]} for r, v in table5.items()]
+    return table4, table5, rows4, rows5
+
+
+def table6(table2_: dict, scale: str, store: str | None = None) -> tuple[list[dict], dict]:
+    """Table VI: pFedCSPC on other local objectives, each beside the objective alone. Returns (rows,
+    {base: (records alone, records with pFedCSPC)})."""
+    sc = scale_info(scale)
+    ds, seeds = sc["datasets"][0], sc["main_seeds"]
+    alone = {b: with_seed_in(table2_[ds][b], seeds) for b in TABLE6_BASES if b in table2_[ds]}
+    todo = {b: with_seeds(config(b, ds, scale), seeds) for b in TABLE6_BASES if b not in alone}
+    todo.update({f"+{b}": with_seeds(config("pfedcspc", ds, scale, hyper={"base": b}), seeds) for b in TABLE6_BASES})
+    done = run_grid(todo, desc="Table VI", store=store)
+    table = {b: (alone.get(b) or done[b], done[f"+{b}"]) for b in TABLE6_BASES}
+    rows = [{"method": LABELS[b], f"{ds.upper()} alone": fmt(mean_std(a, "acc_global")),
+             f"{ds.upper()} +pFedCSPC": fmt(mean_std(w, "acc_global")),
+             "paper C10 alone": PAPER_T6[b][0], "paper C10 +pFedCSPC": PAPER_T6[b][1]} for b, (a, w) in table.items()]
+    return rows, table
+
+
+def table7(table2_: dict, table6_: dict, scale: str) -> tuple:
+    """Table VII: the first evaluated round at which the global model (mean over the main seeds) reaches
+    FedAvg's final accuracy. Returns (rows, {method: round or None}, curves {method: (rounds, mean acc)},
+    target, every record used)."""
+    sc = scale_info(scale)
+    ds, seeds = sc["datasets"][0], sc["main_seeds"]
+    used = {m: with_seed_in(table2_[ds].get(m) or table6_[m][0], seeds) for m in TABLE7}
+    curves = {}
+    for m, recs in used.items():
+        evaluated = [[row for row in r["history"] if "acc_global" in row] for r in recs]
+        curves[m] = ([row["round"] for row in evaluated[0]], np.mean([[row["acc_global"] for row in h] for h in evaluated], 0))
+    target = target_accuracy(with_seed_in(table2_[ds]["fedavg"], seeds))
+    reached = {m: next((t for t, a in zip(*curves[m]) if a >= target), None) for m in TABLE7}
+    rows = [{"method": LABELS[m], f"{ds.upper()} rounds to {100 * target:.1f}%":
+             reached[m] if reached[m] is not None else f"> {sc['rounds']}",
+             "paper C10 (66%, beta 0.5)": PAPER_T7[m][1]} for m in TABLE7]
+    return rows, reached, curves, target, list(used.values())
+
+
+def plot_curves(curves: dict, target: float, scale: str):
+    import matplotlib.pyplot as plt
+
+    ds = scale_info(scale)["datasets"][0]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for m, (rounds, acc) in curves.items():
+        ax.plot(rounds, 100 * acc, marker="o" if m == "pfedcspc" else None, lw=2.5 if m == "pfedcspc" else 1, label=LABELS[m])
+    ax.axhline(100 * target, color="k", ls=":", lw=1)
+    ax.set_xlabel("round")
+    ax.set_ylabel("ACC_global (%)")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(alpha=0.3)
+    ax.set_title(f"{ds.upper()}, scale {scale}")
+    fig.tight_layout()
+    return fig
+
+
+def prototype_sweeps(ablation_runs: dict, scale: str, store: str | None = None) -> dict:
+    """Fig. 6 (n_repeat x n_aug) and the number of clusters j: {(n_repeat, n_aug) | ("clusters", j): records};
+    the defaults (5, 5) and j = 2 are the full method's runs."""
+    sc = scale_info(scale)
+    ds, seeds = sc["datasets"][0], sc["seeds"]
+    grid = {(r, a): with_seeds(config("pfedcspc", ds, scale, hyper={"repeats": r, "n_aug": a}), seeds) for r, a in sc["fig6"]}
+    grid.update({("clusters", j): with_seeds(config("pfedcspc", ds, scale, hyper={"clusters": j}), seeds)
+                 for j in sc["clusters"]})
+    sweep = run_grid(grid, desc="Fig. 6", store=store)
+    sweep[(5, 5)] = ablation_runs["full"]
+    sweep[("clusters", 2)] = ablation_runs["full"]
+    return sweep
+
+
+def plot_fig6(sweep: dict, scale: str):
+    import matplotlib.pyplot as plt
+
+    grid = sorted(k for k in sweep if k[0] != "clusters")
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+    for ax, metric, name in zip(axes, ("acc_global", "i_local"), ("Global", "Local")):
+        for r in sorted({r for r, _ in grid}):
+            augs = [a for rr, a in grid if rr == r]
+            ax.plot(augs, [100 * mean_std(sweep[(r, a)], metric)[0] for a in augs], marker="o", label=f"n_repeat = {r}")
+        ax.set_xlabel("n_aug")
+        ax.set_ylabel(f"{name} (%)")
+        ax.legend()
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{scale_info(scale)['datasets'][0].upper()}, scale {scale}")
+    fig.tight_layout()
+    return fig
+
+
+def clusters_rows(sweep: dict) -> tuple[list[dict], dict]:
+    clusters = {k[1]: recs for k, recs in sweep.items() if k[0] == "clusters"}
+    rows = [{"clusters j": j, "Global": fmt(mean_std(r, "acc_global")), "Local": fmt(mean_std(r, "i_local"))}
+            for j, r in sorted(clusters.items())]
+    return rows, clusters
+
+
+def plot_pmi(record: dict):
+    """PMI's Eq. 4 weights of the last round of one run beside the cosine similarity of the clients' label
+    mixes; returns (figure, their correlation over client pairs)."""
+    import matplotlib.pyplot as plt
+
+    W = np.asarray(record["final"]["weights"]["pmi"])
+    counts = np.asarray(record["train_counts"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+    im = axes[0].imshow(W, cmap="viridis")
+    axes[0].set_xlabel("uploaded encoder k'")
+    axes[0].set_ylabel("client k")
+    axes[0].set_title("PMI weights p_k^k' (last round)")
+    fig.colorbar(im, ax=axes[0])
+    mix = counts / counts.sum(1, keepdims=True)
+    sim = mix @ mix.T / np.outer(np.linalg.norm(mix, axis=1), np.linalg.norm(mix, axis=1))
+    im = axes[1].imshow(sim, cmap="viridis")
+    axes[1].set_title("cosine similarity of label mixes")
+    fig.colorbar(im, ax=axes[1])
+    fig.tight_layout()
+    off = ~np.eye(len(W), dtype=bool)
+    return fig, float(np.corrcoef(W[off], sim[off])[0, 1])
+
+
+def paper_scale_grid() -> dict:
+    P = SCALES["paper"]
+    return {(ds, m): with_seeds(config(m, ds, "paper"), P["headline_seeds"]) for ds in P["datasets"] for m in TABLE2}

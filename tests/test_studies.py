@@ -1,0 +1,70 @@
+"""The chapters' analysis functions (fedlib/studies): grids run as one pool, tables computed from records."""
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from fedlib.experiment import make_config
+from fedlib.studies import fedgpa, pfedcspc
+from fedlib.studies.common import run_grid
+
+
+def fake(seed, values, metric="personal_local_acc", rounds=(2, 4)):
+    """A record whose history evaluates ``metric`` at ``rounds`` with ``values``."""
+    return {"seed": seed, "config": {"dataset": "fmnist", "num_clients": 20, "rounds": rounds[-1]},
+            "history": [{"round": r, metric: v} for r, v in zip(rounds, values)], "final": {}}
+
+
+def test_run_grid_keeps_cells_and_seed_order_and_trains_a_shared_config_once(tmp_path):
+    cfg = make_config(method="fedavg", dataset="digits", num_clients=3, rounds=1, partition={"name": "iid"})
+    other = make_config(method="local", dataset="digits", num_clients=3, rounds=1, partition={"name": "iid"})
+    grid = {"a": [dataclasses.replace(cfg, seed=1), dataclasses.replace(cfg, seed=0)], "b": [other], "again": [dataclasses.replace(cfg, seed=1)]}
+    runs = run_grid(grid, progress=False, workers=1, cache_dir=tmp_path)
+    assert list(runs) == ["a", "b", "again"]
+    assert [r["seed"] for r in runs["a"]] == [1, 0]
+    assert runs["b"][0]["config"]["method"] == "local"
+    assert runs["again"][0] is runs["a"][0]            # one run for the config the two cells share
+    assert len(list(tmp_path.glob("*.json"))) == 3
+
+
+def test_fedgpa_setting_table_is_mean_and_population_std_over_seeds():
+    runs = {("fedavg", 1, 20): [fake(0, [0.1, 0.60]), fake(1, [0.2, 0.70])],
+            ("fedavg", 1, 80): [fake(0, [0.1, 0.50])],
+            ("fedgpa", 1, 20): [fake(0, [0.3, 0.80]), fake(1, [0.3, 0.90]), fake(2, [0.3, 0.70])],
+            ("fedgpa", 1, 80): [fake(0, [0.2, 0.40])]}
+    rows = fedgpa.comparison_rows(runs, "book")
+    table, records = fedgpa.setting_table(rows, runs, 1, ["fedgpa", "fedavg"], "book")
+    ours = table["ours (book)"]
+    assert list(ours.index) == ["FedGPA", "FedAvg"]                     # the order asked for
+    assert ours.loc["FedAvg", 20] == "65.00 ± 5.00"                       # last evaluations 0.6, 0.7
+    assert ours.loc["FedGPA", 20] == f"80.00 ± {100 * np.std([0.8, 0.9, 0.7]):.2f}"   # ddof 0
+    assert ours.loc["FedAvg", 80] == "50.00"                              # one seed: no spread
+    assert table["paper"].loc["FedGPA", 80] == fedgpa.PAPER[1]["fedgpa"][1]
+    assert sum(len(r) for r in records) == 7
+
+
+def test_pfedcspc_table7_counts_rounds_to_fedavgs_final_accuracy_on_the_main_seeds(monkeypatch):
+    monkeypatch.setitem(pfedcspc.SCALES["ci"], "main_seeds", [0, 1])
+    rounds = (1, 2, 3, 4)
+    table2 = {"digits": {"fedavg": [fake(0, [0.2, 0.4, 0.5, 0.601], "acc_global", rounds),
+                                    fake(1, [0.2, 0.4, 0.5, 0.601], "acc_global", rounds),
+                                    fake(2, [0.9, 0.9, 0.9, 0.9], "acc_global", rounds)],   # not a main seed
+                         **{m: [fake(s, [0.1, 0.2, 0.3, 0.4], "acc_global", rounds) for s in (0, 1)]
+                            for m in pfedcspc.TABLE7 if m not in ("fedavg", "fedprox", "pfedcspc")},
+                         "pfedcspc": [fake(0, [0.5, 0.62, 0.7, 0.7], "acc_global", rounds),
+                                      fake(1, [0.5, 0.58, 0.7, 0.7], "acc_global", rounds)]}}
+    table6 = {"fedprox": ([fake(s, [0.6, 0.6, 0.6, 0.6], "acc_global", rounds) for s in (0, 1)], [])}
+    rows, reached, curves, target, used = pfedcspc.table7(table2, table6, "ci")
+    assert target == math.floor(200 * 0.601) / 200 == 0.6                 # rounded down to half a point
+    assert reached["fedavg"] == 4 and reached["pfedcspc"] == 2            # mean over seeds 0.60 at round 2
+    assert reached["fedprox"] == 1 and reached["moon"] is None
+    assert rows[pfedcspc.TABLE7.index("moon")]["DIGITS rounds to 60.0%"] == f"> {pfedcspc.SCALES['ci']['rounds']}"
+    assert all(r["seed"] in (0, 1) for recs in used for r in recs)
+    np.testing.assert_allclose(curves["pfedcspc"][1], [0.5, 0.6, 0.7, 0.7])
+
+
+@pytest.mark.parametrize("study", [fedgpa, pfedcspc])
+def test_headline_grids_use_three_seeds_at_paper_scale(study):
+    grid = study.paper_scale_grid()
+    assert all(sorted(c.seed for c in configs) == [0, 1, 2] for configs in grid.values())
