@@ -138,6 +138,14 @@ def run_grid(grid: dict, desc: str = "runs", progress: bool = True, store: str |
     return {cell: [next(records) for _ in configs] for cell, configs in grid.items()}
 
 
+def nested(cells: dict) -> dict:
+    """{(outer, inner): value} as {outer: {inner: value}}, in the grid's order."""
+    out: dict = {}
+    for (outer, inner), value in cells.items():
+        out.setdefault(outer, {})[inner] = value
+    return out
+
+
 def with_seeds(cfg: Config, seeds) -> list[Config]:
     return [dataclasses.replace(cfg, seed=s) for s in seeds]
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import (RUNTIME, Claim, fmt, mean_std, run_all, run_grid, set_runtime,  # noqa: F401
+from fedlib.studies.common import (RUNTIME, Claim, fmt, mean_std, nested, run_all, run_grid, set_runtime,  # noqa: F401
                                    with_seeds)
 
 TABLE1 = ["local", "fedavg_ft", "fedproto", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac", "fedmate"]
@@ -182,9 +182,7 @@ def table1(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     names = TABLE1 + list(ABLATION)
     runs = run_grid({(cell, r): [_table1_config(r, cell, scale, seed) for seed in sc["headline_seeds"]]
                      for cell in sc["table1_cells"] for r in names}, desc="Table 1", store=store)
-    table = {}
-    for (cell, r), recs in runs.items():
-        table.setdefault(cell, {})[r] = recs
+    table = nested(runs)
     rows = []
     for r in names:
         row = {"method": LABELS.get(r, r)}
@@ -202,9 +200,7 @@ def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     sc = scale_info(scale)
     runs = run_grid({(ds, m): with_seeds(config(m, ds, scale, shards=3), sc["seeds"])
                      for ds in sc["table2_datasets"] for m in TABLE2}, desc="Table 2", store=store)
-    table = {}
-    for (ds, m), recs in runs.items():
-        table.setdefault(ds, {})[m] = recs
+    table = nested(runs)
     rows = []
     for m in TABLE2:
         row = {"method": LABELS[m]}
@@ -274,10 +270,7 @@ def repeat_sweep(scale: str, store: str | None = None) -> tuple[dict, dict]:
     sc = scale_info(scale)
     runs = run_grid({(m, r): with_seeds(config(m, "fmnist", scale, s=50, repeat=r), sc["seeds"])
                      for m in REPEAT_METHODS for r in sc["repeat"]}, desc="Fig. 5", progress=False, store=store)
-    out = {}
-    for (m, r), recs in runs.items():
-        out.setdefault(m, {})[r] = mean_std(recs, "personal_global_acc")
-    return out, runs
+    return nested({cell: mean_std(recs, "personal_global_acc") for cell, recs in runs.items()}), runs
 
 
 def plot_repeat(repeat: dict, scale: str):

@@ -12,7 +12,7 @@ import numpy as np
 
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import (RUNTIME, Claim, fmt, mean_std, run_all, run_grid, set_runtime,  # noqa: F401
+from fedlib.studies.common import (RUNTIME, Claim, fmt, mean_std, nested, run_all, run_grid, set_runtime,  # noqa: F401
                                    with_seeds)
 
 # Table II: global-model methods (their "Local" is the global model fine-tuned on each client, the paper's
@@ -204,19 +204,12 @@ def with_seed_in(records: list[dict], seeds) -> list[dict]:
     return [r for r in records if r["seed"] in seeds]
 
 
-def _by_dataset(runs: dict) -> dict:
-    out = {}
-    for (ds, m), recs in runs.items():
-        out.setdefault(ds, {})[m] = recs
-    return out
-
-
 def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     """Table II over the headline seeds: (rows, {dataset: {method: records}})."""
     sc = scale_info(scale)
     runs = run_grid({(ds, m): with_seeds(config(m, ds, scale), sc["headline_seeds"]) for ds in sc["datasets"] for m in TABLE2},
                     desc="Table II", store=store)
-    table = _by_dataset(runs)
+    table = nested(runs)
     rows = []
     for m in TABLE2:
         row = {"method": LABELS[m]}
@@ -257,7 +250,7 @@ def table3(table2_: dict, scale: str, store: str | None = None) -> tuple[list[di
     runs = run_grid({(ds, m): with_seeds(config(m, ds, scale), seeds) for ds in sc["datasets"]
                      for m in TABLE3 if m not in ("fedavg", "fedavg_ft", "pfedcspc")}, desc="Table III", store=store)
     table = {ds: {} for ds in sc["datasets"]}
-    table.update(_by_dataset(runs))
+    table.update(nested(runs))
     rows, used = [], list(runs.values())
     for m in TABLE3:
         row = {"method": LABELS[m]}
