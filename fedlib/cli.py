@@ -64,12 +64,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default=None, help="write the result records of all runs to this JSON file")
     run.add_argument("--no-progress", action="store_true")
     rec = sub.add_parser("records", help="run a chapter's paper-scale grid and write its records to results/<chapter>/")
-    rec.add_argument("chapter", help="a chapter with a paper_grid() in fedlib/studies (e.g. fedgpa)")
+    rec.add_argument("chapter", help="a chapter with paper_tables() in fedlib/studies (e.g. fedgpa)")
     rec.add_argument("--device", default="auto", help="cuda | cpu | auto (cuda when visible)")
     rec.add_argument("--executor", default="auto", help="sequential | process | batched | auto (batched on a GPU)")
     rec.add_argument("--workers", type=int, default=1, help="runs at once (several small runs share one GPU well)")
     rec.add_argument("--deadline", type=float, default=None, help="seconds: start no run that would end later")
-    rec.add_argument("--seeds", nargs="+", type=int, default=None, help="only these seeds (default: the paper's)")
+    rec.add_argument("--seeds", nargs="+", type=int, default=None, help="these seeds in every table (default: the paper's)")
+    rec.add_argument("--tables", nargs="+", default=None, help="only these tables (default: all, the headline first)")
     sub.add_parser("list", help="methods, datasets, partitions, models and scales with their parameters")
     book = sub.add_parser("book", help="execute the notebooks of the manifest with papermill, then build the book")
     book.add_argument("--manifest", default="book/experiments.yml")
@@ -203,16 +204,16 @@ def check_writable_file(path, option: str) -> None:
 def cmd_records(args) -> int:
     import importlib
 
-    from fedlib.studies.common import record_grid, set_runtime
+    from fedlib.studies.common import paper_grid, record_grid, set_runtime
 
     try:
         study = importlib.import_module(f"fedlib.studies.{args.chapter}")
     except ModuleNotFoundError:
         raise ConfigError("chapter", args.chapter, "a module of fedlib/studies") from None
-    if not hasattr(study, "paper_grid"):
-        raise ConfigError("chapter", args.chapter, "a chapter whose study defines paper_grid()")
+    if not hasattr(study, "paper_tables"):
+        raise ConfigError("chapter", args.chapter, "a chapter whose study defines paper_tables()")
     runtime = set_runtime(args.device, args.executor)
-    summary = record_grid(study.paper_grid(args.seeds), args.chapter, workers=args.workers,
+    summary = record_grid(paper_grid(study.paper_tables(), args.seeds, args.tables), args.chapter, workers=args.workers,
                           deadline_s=args.deadline, device=runtime["device"], executor=runtime["executor"])
     print(f"{args.chapter}: {summary['done']} recorded, {summary['failed']} failed, {summary['skipped']} already there, {summary['left']} left "
           f"({summary['wall_s']:.0f} s)")

@@ -38,7 +38,7 @@ def test_run_prints_a_table(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("chapter, words", [("nosuch", "a module of fedlib/studies"),
-                                            ("fedpcl", "paper_grid()")])
+                                            ("common", "paper_tables()")])
 def test_records_names_what_chapters_it_can_record(capsys, chapter, words):
     from fedlib.cli import main
 

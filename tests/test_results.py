@@ -174,7 +174,9 @@ def test_record_grid_starts_nothing_past_its_deadline(tmp_path):
 
 
 def test_fedgpa_paper_grid_is_complete_unique_and_ordered_by_need():
-    grid = fedgpa.paper_grid()
+    from fedlib.studies.common import paper_grid
+
+    grid = paper_grid(fedgpa.paper_tables())
     keys = [c.key() for c in grid]
     assert len(keys) == len(set(keys))
     table = [c for c in grid if not c.hyper]

@@ -68,3 +68,20 @@ def test_pfedcspc_table7_counts_rounds_to_fedavgs_final_accuracy_on_the_main_see
 def test_headline_grids_use_three_seeds_at_paper_scale(study):
     grid = study.paper_scale_grid()
     assert all(sorted(c.seed for c in configs) == [0, 1, 2] for configs in grid.values())
+
+
+def test_paper_grid_orders_tables_then_seeds_and_takes_explicit_seeds():
+    from fedlib.errors import ConfigError
+    from fedlib.studies import fedpcl
+    from fedlib.studies.common import paper_grid
+
+    tables = fedpcl.paper_tables()
+    grid = paper_grid(tables)
+    assert len({c.key() for c in grid}) == len(grid)
+    head = grid[:42]   # Table 2 first: 14 cells, seed 0 of every cell before seed 1
+    assert [c.seed for c in head] == [0] * 14 + [1] * 14 + [2] * 14
+    assert {c.key() for c in head} == {c.key() for cfgs in tables["table2"].values() for c in cfgs}
+    only = paper_grid(tables, seeds=[7], only=["table5", "noise"])
+    assert {c.seed for c in only} == {7} and len(only) == 4 + 5
+    with pytest.raises(ConfigError, match="tables of this chapter"):
+        paper_grid(tables, only=["table9"])

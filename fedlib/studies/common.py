@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedlib.errors import check
 from fedlib.experiment import Config, read_cached_record, run, summarize_runs
 
 
@@ -365,6 +366,32 @@ def entropy_rows(W) -> float:
 
 
 # ---------------------------------------------------------------------- recording a paper-scale grid
+def paper_grid(tables: dict, seeds=None, only=None) -> list[Config]:
+    """A chapter's paper-scale configs in the order the ``records`` command fills them: ``tables``
+    ({table: {cell: [configs over seeds]}}, the headline table first) one table after the other, each
+    seed by seed (a partial run still fills whole tables, one seed at a time). ``seeds``: run exactly these
+    seeds in every table instead of each table's own; ``only``: these tables. A config that two tables
+    share (e.g. an ablation's full model) is listed once."""
+    if only is not None:
+        unknown = [t for t in only if t not in tables]
+        check(not unknown, "tables", ", ".join(unknown), f"tables of this chapter: {', '.join(tables)}")
+    out: dict[str, Config] = {}
+    for name, grid in tables.items():
+        if only is not None and name not in only:
+            continue
+        cells = [configs for configs in grid.values()]
+        if seeds is not None:
+            cells = [[dataclasses.replace(configs[0], seed=int(s)) for s in seeds] for configs in cells]
+        by_seed: dict[int, list[Config]] = {}
+        for configs in cells:
+            for cfg in configs:
+                by_seed.setdefault(cfg.seed, []).append(cfg)
+        for seed in sorted(by_seed, key=lambda s: [c.seed for configs in cells for c in configs].index(s)):
+            for cfg in by_seed[seed]:
+                out.setdefault(cfg.key(), cfg)
+    return list(out.values())
+
+
 def _record_one(cfg: Config) -> dict:
     return run(cfg, cache_dir=None, progress=False)
 

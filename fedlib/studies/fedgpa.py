@@ -158,23 +158,6 @@ def verdicts(runs: dict, settings, s_values, methods, ablation: dict | None = No
 
 
 # ---------------------------------------------------------------------- the paper-scale grid
-def paper_grid(seeds=None) -> list[Config]:
-    """Every paper-scale configuration the chapter reads from ``results/fedgpa/``, most needed first:
-    Table 2/4/5 one seed at a time (a partial run still fills whole tables), then the Table 3 ablation
-    and the mu sweep of Fig. 3. Duplicates (the ablation's full model is FedGPA) are dropped."""
-    sc = SCALES["paper"]
-    seeds = sc["seeds"] if seeds is None else seeds
-    out = [config(m, st, s, "paper", seed=seed) for seed in seeds for st in (1, 2, 3) for s in (20, 80)
-           for m in METHODS]
-    out += [config("fedgpa", 1, 20, "paper", seed=seed, hyper=hp) for seed in seeds for hp, _ in ABLATION.values()]
-    out += [config("fedgpa", 3, s, "paper", seed=seed, hyper={"mu": mu}) for seed in sc["sweep_seeds"]
-            for s in (20, 80) for mu in MU_SWEEP]
-    unique = {}
-    for cfg in out:
-        unique.setdefault(cfg.key(), cfg)
-    return list(unique.values())
-
-
 MU_SWEEP = [0.0, 0.25, 0.5, 0.75, 1.0]
 
 
@@ -208,11 +191,14 @@ LOCAL_TEST = "each client's local test set (test images drawn with the client's 
 TABLE_OF_SETTING = {1: 2, 2: 4, 3: 5}   # the paper's table for each setting (FMNIST columns)
 
 
+def comparison_grid(settings, s_values, methods, scale: str) -> dict:
+    seeds = scale_info(scale)["seeds"]
+    return {(m, st, s): with_seeds(config(m, st, s, scale), seeds) for st in settings for s in s_values for m in methods}
+
+
 def comparison(settings, s_values, methods, scale: str, store: str | None = None) -> dict:
     """Tables 2, 4 and 5: {(method, setting, s): records over the scale's seeds}, one worker pool."""
-    seeds = scale_info(scale)["seeds"]
-    grid = {(m, st, s): with_seeds(config(m, st, s, scale), seeds) for st in settings for s in s_values for m in methods}
-    return run_grid(grid, desc="comparison", store=store)
+    return run_grid(comparison_grid(settings, s_values, methods, scale), desc="comparison", store=store)
 
 
 def comparison_rows(runs: dict, scale: str) -> list[dict]:
@@ -267,11 +253,14 @@ def plot_learning_curves(runs: dict, setting: int, s_values, methods, scale: str
     return fig
 
 
+def ablation_grid(scale: str) -> dict:
+    seeds = scale_info(scale)["seeds"]
+    return {name: with_seeds(config("fedgpa", 1, 20, scale, hyper=hp), seeds) for name, (hp, _) in ABLATION.items()}
+
+
 def ablation(scale: str, store: str | None = None) -> dict:
     """Table 3 (Setting 1, s = 20): {row: records}, modules switched on one by one."""
-    seeds = scale_info(scale)["seeds"]
-    return run_grid({name: with_seeds(config("fedgpa", 1, 20, scale, hyper=hp), seeds)
-                     for name, (hp, _) in ABLATION.items()}, desc="Table 3", store=store)
+    return run_grid(ablation_grid(scale), desc="Table 3", store=store)
 
 
 def ablation_rows(runs: dict, scale: str) -> list[dict]:
@@ -279,11 +268,14 @@ def ablation_rows(runs: dict, scale: str) -> list[dict]:
              "paper (FMNIST)": ABLATION[name][1]} for name, recs in runs.items()]
 
 
+def mu_sweep_grid(s_values, scale: str) -> dict:
+    seeds = scale_info(scale)["sweep_seeds"]
+    return {(s, mu): with_seeds(config("fedgpa", 3, s, scale, hyper={"mu": mu}), seeds) for s in s_values for mu in MU_SWEEP}
+
+
 def mu_sweep(s_values, scale: str, store: str | None = None) -> tuple[dict, dict]:
     """Fig. 3 (Setting 3): ({s: {mu: (mean, std, n)}}, {(s, mu): records})."""
-    seeds = scale_info(scale)["sweep_seeds"]
-    runs = run_grid({(s, mu): with_seeds(config("fedgpa", 3, s, scale, hyper={"mu": mu}), seeds)
-                     for s in s_values for mu in MU_SWEEP}, desc="mu sweep", progress=False, store=store)
+    runs = run_grid(mu_sweep_grid(s_values, scale), desc="mu sweep", progress=False, store=store)
     return {s: {mu: mean_std(runs[(s, mu)]) for mu in MU_SWEEP} for s in s_values}, runs
 
 
@@ -340,8 +332,14 @@ def plot_weights(runs: dict, s_values) -> tuple:
 
 # ---------------------------------------------------------------------- the committed paper-scale records
 def paper_scale_grid() -> dict:
-    return {(m, st, s): with_seeds(config(m, st, s, "paper"), SCALES["paper"]["seeds"])
-            for st in (1, 2, 3) for s in (20, 80) for m in METHODS}
+    return comparison_grid((1, 2, 3), (20, 80), METHODS, "paper")
+
+
+def paper_tables() -> dict:
+    """The paper-scale grid of every table, most needed first (``python -m fedlib records fedgpa``): Tables
+    2/4/5, the Table 3 ablation, the mu sweep of Fig. 3."""
+    return {"comparison": paper_scale_grid(), "ablation": ablation_grid("paper"),
+            "mu_sweep": mu_sweep_grid((20, 80), "paper")}
 
 
 def paper_scale_rows(stored: dict) -> list[dict]:

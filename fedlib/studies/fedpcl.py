@@ -201,11 +201,16 @@ def backbone_checks(data) -> tuple[list[dict], list[dict]]:
     return imagenet, digits
 
 
-def table2(scale: str, store: str | None = None) -> dict:
-    """Table 2 (feature shift, 4 clients): {(backbones "s"|"m", method): records over the headline seeds}."""
+def table2_grid(scale: str) -> dict:
+    """Table 2 (feature shift, 4 clients): {(backbones "s"|"m", method): configs over the headline seeds}."""
     seeds = scale_info(scale)["headline_seeds"]
-    return run_grid({(bb, m): with_seeds(config(m, "feature shift", bbs, scale), seeds)
-                     for bb, bbs in (("s", SINGLE), ("m", MULTI)) for m in METHODS}, desc="Table 2", store=store)
+    return {(bb, m): with_seeds(config(m, "feature shift", bbs, scale), seeds)
+            for bb, bbs in (("s", SINGLE), ("m", MULTI)) for m in METHODS}
+
+
+def table2(scale: str, store: str | None = None) -> dict:
+    """Table 2: {(backbones "s"|"m", method): records over the headline seeds}."""
+    return run_grid(table2_grid(scale), desc="Table 2", store=store)
 
 
 def table2_rows(runs: dict) -> list[dict]:
@@ -231,10 +236,8 @@ def table2_rows(runs: dict) -> list[dict]:
     return rows
 
 
-def label_shift(scale: str, store: str | None = None) -> tuple[dict, dict, dict]:
-    """Label shift on digit4 (cf. Fig. 3): FedPCL, FedRep and Solo against Dirichlet alpha (10 clients), FedPCL
-    and FedAvg against the number of clients (alpha = 1). Returns ({method: {alpha: ms}}, {method: {clients: ms}},
-    every run)."""
+def label_shift_grid(scale: str) -> dict:
+    """{("alpha", method, alpha) | ("clients", method, clients): configs over the sweep seeds}."""
     sc = scale_info(scale)
 
     def cfgs(m, alpha, n):
@@ -244,7 +247,14 @@ def label_shift(scale: str, store: str | None = None) -> tuple[dict, dict, dict]
 
     grid = {("alpha", m, a): cfgs(m, a, 10) for m in ["fedpcl", "fedrep", "local"] for a in ALPHAS}
     grid.update({("clients", m, n): cfgs(m, 1.0, n) for m in ["fedpcl", "fedavg"] for n in sc["clients"]})
-    runs = run_grid(grid, desc="label shift", progress=False, store=store)
+    return grid
+
+
+def label_shift(scale: str, store: str | None = None) -> tuple[dict, dict, dict]:
+    """Label shift on digit4 (cf. Fig. 3): FedPCL, FedRep and Solo against Dirichlet alpha (10 clients), FedPCL
+    and FedAvg against the number of clients (alpha = 1). Returns ({method: {alpha: ms}}, {method: {clients: ms}},
+    every run)."""
+    runs = run_grid(label_shift_grid(scale), desc="label shift", progress=False, store=store)
     by = {"alpha": {}, "clients": {}}
     for (kind, m, x), recs in runs.items():
         by[kind].setdefault(m, {})[x] = mean_std(recs)
@@ -271,35 +281,46 @@ def plot_label_shift(alpha_res: dict, client_res: dict, scale: str):
     return fig
 
 
+def table4_grid(scale: str) -> dict:
+    seeds = scale_info(scale)["seeds"]
+    return {name: with_seeds(config("fedpcl", "feature & label shift", bbs, scale), seeds)
+            for name, bbs in BACKBONE_SETS.items()}
+
+
 def table4(scale: str) -> tuple[list[dict], dict]:
     """Table 4 analogue: FedPCL with other sets of frozen backbones (feature & label shift)."""
     from fedlib.backbones import BACKBONES
 
-    seeds = scale_info(scale)["seeds"]
-    runs = run_grid({name: with_seeds(config("fedpcl", "feature & label shift", bbs, scale), seeds)
-                     for name, bbs in BACKBONE_SETS.items()}, desc="Table 4", progress=False)
+    runs = run_grid(table4_grid(scale), desc="Table 4", progress=False)
     rows = [{"backbones": name, "feature dim": sum(BACKBONES[b].dim for b in BACKBONE_SETS[name]),
              "FedPCL acc": fmt(mean_std(recs))} for name, recs in runs.items()]
     return rows, runs
 
 
+def table5_grid(scale: str) -> dict:
+    seeds = scale_info(scale)["seeds"]
+    return {loss: with_seeds(config("fedpcl", "feature & label shift", MULTI, scale, hyper={"loss": loss}), seeds)
+            for loss in NAMES_T5}
+
+
 def table5(scale: str, store: str | None = None) -> tuple[list[dict], dict, dict]:
     """Table 5 analogue: FedPCL's loss replaced (feature & label shift). Returns (rows, {loss: ms}, runs)."""
-    seeds = scale_info(scale)["seeds"]
-    runs = run_grid({loss: with_seeds(config("fedpcl", "feature & label shift", MULTI, scale, hyper={"loss": loss}), seeds)
-                     for loss in NAMES_T5}, desc="Table 5", progress=False, store=store)
+    runs = run_grid(table5_grid(scale), desc="Table 5", progress=False, store=store)
     t5 = {loss: mean_std(recs) for loss, recs in runs.items()}
     rows = [{"loss": NAMES_T5[loss], f"ours ({scale})": fmt(ms), "paper": PAPER_T5[loss]} for loss, ms in t5.items()]
     return rows, t5, runs
 
 
+def table6_grid(scale: str) -> dict:
+    seeds = scale_info(scale)["seeds"]
+    return {(label, setting): with_seeds(config("fedpcl", setting, MULTI, scale, hyper=hp), seeds)
+            for label, hp in VARIANTS_T6.items() for setting in SETTINGS}
+
+
 def table6(scale: str, store: str | None = None) -> tuple[list[dict], dict, dict]:
     """Table 6 analogue: global and/or local prototypes in each setting. Returns (rows, {variant: {setting:
     ms}}, runs)."""
-    seeds = scale_info(scale)["seeds"]
-    runs = run_grid({(label, setting): with_seeds(config("fedpcl", setting, MULTI, scale, hyper=hp), seeds)
-                     for label, hp in VARIANTS_T6.items() for setting in SETTINGS}, desc="Table 6", progress=False,
-                    store=store)
+    runs = run_grid(table6_grid(scale), desc="Table 6", progress=False, store=store)
     t6, rows = {}, []
     for label in VARIANTS_T6:
         row = {"prototypes": label}
@@ -351,11 +372,14 @@ def plot_backbone_similarity(scale: str):
     return fig
 
 
+def noise_grid(scale: str) -> dict:
+    seeds = scale_info(scale)["sweep_seeds"]
+    return {s: with_seeds(config("fedpcl", "feature shift", MULTI, scale, hyper={"noise": s}), seeds) for s in NOISE}
+
+
 def noise_sweep(scale: str) -> tuple[list[dict], dict]:
     """FedPCL with Gaussian noise of std sigma added to the uploaded prototypes (feature shift)."""
-    seeds = scale_info(scale)["sweep_seeds"]
-    runs = run_grid({s: with_seeds(config("fedpcl", "feature shift", MULTI, scale, hyper={"noise": s}), seeds)
-                     for s in NOISE}, desc="noise", progress=False)
+    runs = run_grid(noise_grid(scale), desc="noise", progress=False)
     return [{"noise std": s, "FedPCL acc": fmt(mean_std(recs))} for s, recs in runs.items()], runs
 
 
@@ -380,9 +404,13 @@ def table1(table2_runs: dict, scale: str) -> tuple[list[dict], list]:
 
 # ---------------------------------------------------------------------- the committed paper-scale records
 def paper_scale_grid() -> dict:
-    seeds = SCALES["paper"]["headline_seeds"]
-    return {(bb, m): with_seeds(config(m, "feature shift", bbs, "paper"), seeds)
-            for bb, bbs in (("s", SINGLE), ("m", MULTI)) for m in METHODS}
+    return table2_grid("paper")
+
+
+def paper_tables() -> dict:
+    """The paper-scale grid of every table, most needed first (``python -m fedlib records fedpcl``)."""
+    return {"table2": table2_grid("paper"), "table6": table6_grid("paper"), "table5": table5_grid("paper"),
+            "label_shift": label_shift_grid("paper"), "table4": table4_grid("paper"), "noise": noise_grid("paper")}
 
 
 def paper_scale_rows(stored: dict) -> list[dict]:
