@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 import fedlib
-from fedlib.errors import ConfigError, check, check_fields
+from fedlib.errors import ConfigError, TrainingDiverged, check, check_fields
 
 DEFAULT_CACHE = Path(os.environ.get("FEDLIB_CACHE", Path(__file__).resolve().parents[1] / ".fedlib-cache"))
 
@@ -257,24 +257,34 @@ def _jsonable(obj):
     return str(obj)
 
 
-def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = "", executor=None):
-    """Data, model, method and the Federation for a validated config. ``executor``: a factory
-    ``(setup, trainer) -> executor`` used instead of ``cfg.executor`` (the Flower engine's)."""
-    from fedlib.data import federate, load_dataset
-    from fedlib.engine.loop import Federation
-    from fedlib.methods import make_method
-    from fedlib.models import build_model
+def load_data(cfg: Config):
+    """The config's dataset (features of its frozen backbones, if any) in memory."""
+    from fedlib.data import load_dataset
 
-    seed_everything(cfg.seed)
     data = load_dataset(cfg.dataset, **cfg.data_options)
     if cfg.backbones:
         from fedlib.backbones import featurize
 
         data = featurize(data, list(cfg.backbones), cache_dir=DEFAULT_CACHE, input_size=cfg.backbone_input)
+    return data
+
+
+def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = "", executor=None, data=None,
+          method=None):
+    """Data, model, method and the Federation for a validated config. ``executor``: a factory
+    ``(setup, trainer) -> executor`` used instead of ``cfg.executor`` (the Flower engine's); ``data``
+    (``load_data``'s, possibly already on the device) and ``method``: shared with other runs (run-batched grids)."""
+    from fedlib.data import federate
+    from fedlib.engine.loop import Federation
+    from fedlib.methods import make_method
+    from fedlib.models import build_model
+
+    seed_everything(cfg.seed)
+    data = load_data(cfg) if data is None else data
     fed = federate(data, cfg.num_clients, cfg.partition, cfg.seed, device=cfg.device)
     seed_everything(cfg.seed)
     model = build_model(cfg.model, data.input_shape, data.num_classes, cfg.dataset).to(cfg.device)
-    method = make_method(cfg.method, **cfg.hyper)
+    method = make_method(cfg.method, **cfg.hyper) if method is None else method
     return Federation(fed, model, method, seed=cfg.seed, rounds=cfg.rounds, local_epochs=cfg.local_epochs,
                       batch_size=cfg.batch_size, lr=cfg.lr, fraction=cfg.fraction, eval_every=cfg.eval_every,
                       optimizer=cfg.optimizer, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
@@ -324,7 +334,8 @@ def _run(cfg: Config, record_path: Path | None, checkpoint: Path | None, progres
 def record_of(cfg: Config, fed, started: float) -> dict:
     """The result record of a finished Federation (``started``: when this session began)."""
     history = fed.history
-    return {
+    shared = {"runs_batched": fed.runs_batched} if getattr(fed, "runs_batched", 1) > 1 else {}
+    return {**shared, 
         "config": dataclasses.asdict(cfg), "key": cfg.key(), "seed": cfg.seed, "code_version": code_version(),
         "device": device_description(cfg.device), "engine": cfg.engine,
         "executor": fed.executor.name,
@@ -333,6 +344,150 @@ def record_of(cfg: Config, fed, started: float) -> dict:
         "train_counts": fed.data.train_counts.tolist(), "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
         "resumed": fed.start_round > 0, "session_wall_s": time.time() - started,
     }
+
+
+# ---------------------------------------------------------------------- many runs in one batched step
+# fields that may differ between runs trained in one step: what the engine does per run (sampling, server,
+# evaluation, length); every other field (method and hyperparameters, model, data, optimiser, lr, epochs,
+# batch size, device) is shared
+PER_RUN_FIELDS = ("seed", "partition", "num_clients", "rounds", "eval_every", "fraction", "global_test_size",
+                  "eval_personal_global", "metrics", "eval_clients", "average_global", "late_clients", "late_round",
+                  "eval_finetune_epochs")
+
+
+# run-batched runs write their checkpoints at most this often (and when they stop): a round of many runs
+# is short on a GPU, and every client's model of every run written each round would dominate it
+LOCKSTEP_CHECKPOINT_S = 60.0
+
+
+def lockstep_key(cfg: Config) -> str:
+    """Configs with the same key can train in one batched step (``run_many``)."""
+    from fedlib.methods import make_method
+
+    shared = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in PER_RUN_FIELDS}
+    shared["hyper"] = dataclasses.asdict(make_method(cfg.method, **cfg.hyper).hp)
+    return json.dumps(shared, sort_keys=True, default=str)
+
+
+def lockstep_groups(configs: list[Config], max_runs: int | None = None) -> list[list[int]]:
+    """Positions of ``configs`` grouped by ``lockstep_key`` (in first-seen order), each group cut into
+    pieces of at most ``max_runs``."""
+    groups: dict[str, list[int]] = {}
+    for i, cfg in enumerate(configs):
+        groups.setdefault(lockstep_key(cfg), []).append(i)
+    size = max_runs or max(map(len, groups.values()), default=1)
+    return [g[a:a + size] for g in groups.values() for a in range(0, len(g), size)]
+
+
+def run_many(configs: list[Config], cache_dir: str | os.PathLike = DEFAULT_CACHE, progress: bool = True,
+             max_runs: int | None = None, deadline: float | None = None, on_record=None) -> list:
+    """Run many configurations with the batched executor, several runs per vmapped step: configs that share
+    everything but ``PER_RUN_FIELDS`` advance round by round together (``fedlib.engine.lockstep``), at most
+    ``max_runs`` at once. Every run reads and writes its own cache entry and checkpoint, as ``run`` does, and
+    resumes from it. Returns per config its record, the exception that ended it (divergence, a failing hook),
+    or None where it did not finish (``deadline``: time.time() after which no round starts; or another
+    process holds its lock). ``on_record(config, record)`` is called as each run finishes."""
+    configs = [dataclasses.replace(c, executor="batched") for c in configs]
+    for cfg in configs:
+        validate(cfg)
+    out: list = [None] * len(configs)
+    for group in lockstep_groups(configs, max_runs):
+        if deadline is not None and time.time() >= deadline:
+            break
+        _run_group([configs[i] for i in group], group, out, cache_dir, progress, deadline, on_record)
+    return out
+
+
+def _run_group(cfgs: list[Config], positions: list[int], out: list, cache_dir, progress: bool, deadline, on_record):
+    import fcntl
+
+    from fedlib.engine.batched import BatchedTrainer
+    from fedlib.engine.executors import BatchedExecutor
+    from fedlib.engine.lockstep import Lockstep
+    from fedlib.engine.loop import remove_checkpoint
+    from fedlib.methods import make_method
+    from fedlib.models import build_model
+
+    cache = Path(cache_dir)
+    started = time.time()
+    with contextlib.ExitStack() as stack:
+        todo = []
+        for cfg, pos in zip(cfgs, positions):
+            key = cfg.key()
+            lock = stack.enter_context(_lock_or_none(cache / f"{key}.lock", fcntl))
+            if lock is None:   # another process trains this config; its record appears in the cache
+                continue
+            record = read_cached_record(cache / f"{key}.json")
+            if record is not None:
+                out[pos] = record
+                if on_record:
+                    on_record(cfg, record)
+                continue
+            todo.append((cfg, pos))
+        if not todo:
+            return
+        first = todo[0][0]
+        data = load_data(first).to(first.device)
+        if not BatchedTrainer.supports(build_model(first.model, data.input_shape, data.num_classes, first.dataset)):
+            stack.close()   # models with buffers (BatchNorm) train one run at a time; run() takes each lock itself
+            for cfg, pos in todo:
+                try:
+                    out[pos] = run(cfg, cache_dir=cache, progress=progress)
+                except TrainingDiverged as exc:
+                    out[pos] = exc
+                    continue
+                if on_record:
+                    on_record(cfg, out[pos])
+            return
+        if data.train_x.ndim == 4:   # the layout every trainer uses: one tensor shared by all runs
+            data = dataclasses.replace(data, train_x=data.train_x.contiguous(memory_format=torch.channels_last))
+        method = make_method(todo[0][0].method, **todo[0][0].hyper)
+        shared: dict = {}
+
+        def executor(setup, trainer, **_):
+            if "batched" not in shared:
+                shared["batched"] = BatchedTrainer(trainer.model, trainer.x, trainer.y, trainer.batch_size,
+                                                   trainer.optimizer)
+            return BatchedExecutor(setup, trainer, batched=shared["batched"])
+
+        feds = []
+        for cfg, _ in todo:
+            fed = build(cfg, progress=progress, checkpoint=cache / f"{cfg.key()}.ckpt",
+                        desc=f"{cfg.method} seed {cfg.seed}", executor=executor, data=data, method=method)
+            fed.runs_batched = len(todo)
+            fed.checkpoint_every_s = LOCKSTEP_CHECKPOINT_S
+            feds.append(fed)
+        where = {id(f): (cfg, pos) for f, (cfg, pos) in zip(feds, todo)}
+
+        def on_end(member):
+            cfg, pos = where[id(member.federation)]
+            if member.error is not None:
+                out[pos] = member.error
+                return
+            record = record_of(cfg, member.federation, started)
+            _atomic_json(cache / f"{cfg.key()}.json", record)
+            remove_checkpoint(cache / f"{cfg.key()}.ckpt")
+            out[pos] = record
+            if on_record:
+                on_record(cfg, record)
+
+        Lockstep(feds, shared["batched"]).run(on_end=on_end, deadline=deadline)
+
+
+@contextlib.contextmanager
+def _lock_or_none(path: Path, fcntl):
+    """The config's cache lock if it is free now, else None (another process holds it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield None
+            return
+        try:
+            yield handle
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def run_seeds(cfg: Config, seeds, **kwargs) -> list[dict]:

@@ -17,7 +17,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from fedlib.engine.core import Batch, ClientContext, Out, Params, Phase
-from fedlib.engine.training import OptimizerSpec, diverged, epoch_orders
+from fedlib.engine.training import OptimizerSpec, epoch_orders
 from fedlib.models import SplitModel, network_params, part_of
 
 
@@ -227,26 +227,26 @@ class BatchedTrainer:
         unused = self._unused(starts[0], trainable, ctxs[0], idx[0, 0], w[0, 0], loss_fn) if opt.spec.weight_decay else ()
         opt_state = opt.init(train_p)
         total = torch.zeros(m, dtype=torch.float64, device=device)
+        # which clients still step at each step: built once on the device (no host copy inside the loop)
+        masks = torch.arange(S, device=device).unsqueeze(1) < torch.tensor(lengths, device=device).unsqueeze(0)
+        shortest = min(lengths)
         model.train()
         for s in range(S):
-            active = [s < n for n in lengths]
             ids = idx[s]
             grads, loss = step_fn(train_p, frozen_p, self.x[ids], self.y[ids], w[s], ctx_inputs)
             new_p, new_state = opt.update(train_p, grads, opt_state, unused)
             contribution = loss.double() * w[s].sum(1).double()
-            if all(active):
+            if s < shortest:
                 train_p, opt_state = new_p, new_state
             else:
-                mask = torch.tensor(active, device=device)
+                mask = masks[s]
                 train_p = {k: _where(mask, new_p[k], train_p[k]) for k in train_p}
                 opt_state = {k: _where(mask, new_state[k], opt_state[k]) for k in opt_state}
                 contribution = torch.where(mask, contribution, torch.zeros_like(contribution))
             total += contribution
         totals = total.tolist()   # the phase's one synchronisation with the host
         out = []
-        for i, (start, ctx) in enumerate(zip(starts, ctxs)):
-            if not math.isfinite(totals[i]):
-                raise diverged(totals[i], ctx, lr)
+        for i, start in enumerate(starts):   # a non-finite total is the caller's to report (train_cohorts)
             params = {k: (train_p[k][i].clone() if k in train_p else v) for k, v in start.items()}
             out.append((params, totals[i], int(scheds[i][1].sum()), lengths[i]))
         return out

@@ -13,9 +13,11 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copy
+import math
 import os
 import pickle
 import sys
+from dataclasses import dataclass
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 
@@ -23,8 +25,8 @@ import torch
 
 from fedlib.engine.batched import BatchedTrainer
 from fedlib.engine.client import ClientResult, ClientTask, Setup, begin, finish, local_update
-from fedlib.engine.training import OptimizerSpec, Trainer
-from fedlib.errors import ConfigError
+from fedlib.engine.training import OptimizerSpec, Trainer, diverged
+from fedlib.errors import ConfigError, TrainingDiverged
 
 EXECUTORS = ("sequential", "process", "batched")
 
@@ -45,47 +47,116 @@ class SequentialExecutor:
 class BatchedExecutor(SequentialExecutor):
     name = "batched"
 
-    def __init__(self, setup: Setup, trainer: Trainer, overhead: float | None = None, **_):
+    def __init__(self, setup: Setup, trainer: Trainer, overhead: float | None = None,
+                 batched: BatchedTrainer | None = None, **_):
         super().__init__(setup, trainer)
-        self.batched = BatchedTrainer(trainer.model, trainer.x, trainer.y, trainer.batch_size, trainer.optimizer,
-                                      overhead=overhead)
+        # ``batched``: a trainer shared with other runs on the same data tensors (run-batched grids)
+        self.batched = batched or BatchedTrainer(trainer.model, trainer.x, trainer.y, trainer.batch_size,
+                                                 trainer.optimizer, overhead=overhead)
         self.supported = BatchedTrainer.supports(trainer.model)
 
     def run(self, method, tasks: list[ClientTask]) -> list[ClientResult]:
         if not self.supported:
             return super().run(method, tasks)
-        setup, trainer = self.setup, self.trainer
-        ctxs = [setup.context(t, trainer) for t in tasks]
-        begun = [begin(method, ctx) for ctx in ctxs]
-        models = [b[0] for b in begun]
-        stats: list[list] = [[] for _ in tasks]
-        plans: dict[tuple, list[int]] = {}
-        for i, (_, phases) in enumerate(begun):   # lockstep groups: same phases, same context structure
-            plans.setdefault((tuple(phases), context_signature(ctxs[i])), []).append(i)
-        for (phases, _), members in plans.items():
-            for p_idx, phase in enumerate(phases):
-                epochs, lr, loss_fn = setup.phase_plan(phase, method)
-                keys = [setup.seed_keys(tasks[i], p_idx) for i in members]
-                idxs = [setup.train_idx[tasks[i].client_id] for i in members]
-                if phase.step is not None:  # a method's own step cannot be vmapped
-                    outs = [trainer.train(models[i][phase.target], phase, loss_fn, ctxs[i], ti, epochs, lr, k)
-                            for i, ti, k in zip(members, idxs, keys)]
-                else:
-                    outs = self.batched.train_group([models[i][phase.target] for i in members],
-                                                    [ctxs[i] for i in members], idxs, keys, phase, loss_fn, epochs, lr)
-                for i, (params, total, count, steps) in zip(members, outs):
-                    models[i][phase.target] = params
-                    stats[i].append((total, count, steps, phase.target))
-        return [finish(method, ctx, m, s) for ctx, m, s in zip(ctxs, models, stats)]
+        (out,) = train_cohorts(self.batched, [Cohort(method, self.setup, self.trainer, tasks)])
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+
+@dataclass
+class Cohort:
+    """One run's clients of one round: its method, static facts, trainer and the clients' tasks."""
+    method: object
+    setup: Setup
+    trainer: Trainer
+    tasks: list
+
+
+def train_cohorts(batched: BatchedTrainer, cohorts: list[Cohort]) -> list:
+    """The client side of one round of several runs at once: every client of every cohort goes through
+    ``receive`` and ``local_phases``; clients that agree on their method (the same instance), their
+    phases, the structure of what their loss reads and the facts it may read (round, lr, ...) train in
+    lockstep in one vmapped step per mini-batch (``BatchedTrainer.train_group``); then ``upload``.
+
+    Returns per cohort its results, or the exception that ended it: a run whose loss becomes non-finite
+    (``TrainingDiverged``) or whose hooks raise leaves without disturbing the others (vmapped clients
+    are independent; its remaining phases are skipped)."""
+    ended: dict[int, BaseException] = {}
+    members = []     # (cohort, task position, ctx)
+    begun = []
+    for j, cohort in enumerate(cohorts):
+        for i, task in enumerate(cohort.tasks):
+            try:
+                ctx = cohort.setup.context(task, cohort.trainer)
+                begun.append(begin(cohort.method, ctx))
+                members.append((j, i, ctx))
+            except Exception as exc:  # noqa: BLE001  (this run ends; the others go on)
+                ended.setdefault(j, exc)
+    models = [b[0] for b in begun]
+    stats: list[list] = [[] for _ in members]
+    plans: dict[tuple, list[int]] = {}
+    for k, ((j, _, ctx), (_, phases)) in enumerate(zip(members, begun)):
+        setup = cohorts[j].setup
+        key = (id(cohorts[j].method), tuple(phases), context_signature(ctx), setup.local_epochs, setup.lr)
+        plans.setdefault(key, []).append(k)
+    for (_, phases, *_), plan in plans.items():
+        for p_idx, phase in enumerate(phases):
+            live = [k for k in plan if members[k][0] not in ended]
+            if not live:
+                break
+            method = cohorts[members[live[0]][0]].method
+            epochs, lr, loss_fn = cohorts[members[live[0]][0]].setup.phase_plan(phase, method)
+            keys = [cohorts[members[k][0]].setup.seed_keys(cohorts[members[k][0]].tasks[members[k][1]], p_idx)
+                    for k in live]
+            idxs = [cohorts[members[k][0]].setup.train_idx[members[k][2].client_id] for k in live]
+            ctxs = [members[k][2] for k in live]
+            if phase.step is not None:  # a method's own step cannot be vmapped: its run's trainer, client by client
+                outs = []
+                for k, ti, sk, ctx in zip(live, idxs, keys, ctxs):
+                    try:
+                        outs.append(cohorts[members[k][0]].trainer.train(models[k][phase.target], phase, loss_fn,
+                                                                        ctx, ti, epochs, lr, sk))
+                    except TrainingDiverged as exc:
+                        ended.setdefault(members[k][0], exc)
+                        outs.append(None)
+            else:
+                try:
+                    outs = batched.train_group([models[k][phase.target] for k in live], ctxs, idxs, keys, phase,
+                                               loss_fn, epochs, lr)
+                except Exception as exc:  # noqa: BLE001  (every run of this step ends with it)
+                    for k in live:
+                        ended.setdefault(members[k][0], exc)
+                    continue
+            for k, out, ctx in zip(live, outs, ctxs):
+                if out is None:
+                    continue
+                params, total, count, steps = out
+                if not math.isfinite(total):
+                    ended.setdefault(members[k][0], diverged(total, ctx, lr))
+                    continue
+                models[k][phase.target] = params
+                stats[k].append((total, count, steps, phase.target))
+    results: list[list] = [[None] * len(c.tasks) for c in cohorts]
+    for k, (j, i, ctx) in enumerate(members):
+        if j in ended:
+            continue
+        try:
+            results[j][i] = finish(cohorts[j].method, ctx, models[k], stats[k])
+        except Exception as exc:  # noqa: BLE001
+            ended.setdefault(j, exc)
+    return [ended.get(j, results[j]) for j in range(len(cohorts))]
 
 
 def context_signature(ctx) -> str:
-    """Tree structure, tensor shapes and other values of what a vmapped loss sees of a client's context:
-    clients train in lockstep only when these agree (FedFomo's clients receive different numbers of models)."""
+    """Tree structure, tensor shapes and other values of what a vmapped loss sees of a client's context,
+    and the scalar facts it may read (round, rounds, classes, lr, batch size): clients train in lockstep only
+    when these agree (FedFomo's clients receive different numbers of models; runs may be at other rounds)."""
     from torch.utils._pytree import tree_flatten
 
     leaves, spec = tree_flatten((ctx.received, ctx.state, ctx.counts))
-    return repr((spec, [tuple(v.shape) if isinstance(v, torch.Tensor) else v for v in leaves]))
+    return repr((spec, [tuple(v.shape) if isinstance(v, torch.Tensor) else v for v in leaves],
+                 ctx.round, ctx.rounds, ctx.num_classes, ctx.lr, ctx.batch_size))
 
 
 # ---------------------------------------------------------------------- process-parallel

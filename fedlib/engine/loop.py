@@ -114,6 +114,9 @@ class Federation:
         self.on_round: list[Callable] = []  # callbacks(federation, round) e.g. to record weights
         self._client_files: dict[int, str] = {}   # checkpoint shard of each client's slot
         self._changed: set[int] = set()           # clients whose slot changed since the last checkpoint
+        # seconds between checkpoints (0: after every round); run-batched grids write less often, and at their end
+        self.checkpoint_every_s = 0.0
+        self._saved_at, self._saved_round = -float("inf"), 0
 
     # ------------------------------------------------------------------ contexts
     def task(self, client: ClientSlot, t: int) -> ClientTask:
@@ -131,13 +134,16 @@ class Federation:
                              size=None, labels=None, forward=self.trainer.forward)
 
     # ------------------------------------------------------------------ one round
-    def run_round(self, t: int) -> dict:
+    def open_round(self, t: int) -> list[ClientTask]:
+        """Sample the round's clients and build each one's task (what the server sends it)."""
         self.server.round = t
         chosen = sample_clients(self.data.num_clients, self.fraction, self.seed, t, self.late_clients, self.late_round)
         self.last_participants = chosen
         self._changed.update(chosen)   # their slots are rewritten at the next checkpoint
-        tasks = [self.task(self.clients[i], t) for i in chosen]
-        results = self.executor.run(self.method, tasks)
+        return [self.task(self.clients[i], t) for i in chosen]
+
+    def close_round(self, results: list) -> dict:
+        """Keep the clients' new models and states, aggregate their uploads; the round's training facts."""
         for r in results:
             slot = self.clients[r.client_id]
             slot.model, slot.state = r.model, r.state
@@ -147,30 +153,48 @@ class Federation:
         return {"train_loss": float(np.mean(losses)) if losses else float("nan"),
                 "uploaded_per_client": count_scalars(list(uploads.values())) / max(len(uploads), 1)}
 
+    def run_round(self, t: int) -> dict:
+        return self.close_round(self.executor.run(self.method, self.open_round(t)))
+
     def evaluate(self, t: int) -> dict:
         record, self.final_confusions = self.evaluator(t)
         return record
 
+    def end_round(self, t: int, trained: dict, started: float) -> dict:
+        """After round ``t``'s training (``trained``: ``close_round``'s facts, ``started``: when the round
+        began, perf_counter): evaluation when due, callbacks, the history row, the checkpoint."""
+        row = {"round": t + 1, **trained, **self.method.round_log(self.server)}
+        if (t + 1) % self.eval_every == 0 or t + 1 == self.rounds:
+            row.update(self.evaluate(t))
+        for callback in self.on_round:
+            callback(self, t)
+        self.elapsed += time.perf_counter() - started
+        row["elapsed_s"] = self.elapsed
+        self.history.append(row)
+        if time.perf_counter() - self._saved_at >= self.checkpoint_every_s:
+            self._save(t + 1)
+        return row
+
+    def flush(self, done: int) -> None:
+        """Write the checkpoint of ``done`` finished rounds if the last one written is older."""
+        if self._saved_round != done:
+            self._save(done)
+
     # ------------------------------------------------------------------ the loop
+    def progress_bar(self):
+        return tqdm(range(self.start_round, self.rounds), initial=self.start_round, total=self.rounds,
+                    desc=self.desc or self.method.name, leave=False,
+                    **({} if self.progress else {"disable": True}))  # TQDM_DISABLE=1 still applies
+
     def run(self) -> list[dict]:
         self._resume()
-        bar = tqdm(range(self.start_round, self.rounds), initial=self.start_round, total=self.rounds,
-                   desc=self.desc or self.method.name, leave=False,
-                   **({} if self.progress else {"disable": True}))  # TQDM_DISABLE=1 still applies
+        bar = self.progress_bar()
         try:
             for t in bar:
-                t0 = time.perf_counter()
-                row = {"round": t + 1, **self.run_round(t), **self.method.round_log(self.server)}
-                if (t + 1) % self.eval_every == 0 or t + 1 == self.rounds:
-                    row.update(self.evaluate(t))
-                for callback in self.on_round:
-                    callback(self, t)
-                self.elapsed += time.perf_counter() - t0
-                row["elapsed_s"] = self.elapsed
-                self.history.append(row)
+                started = time.perf_counter()
+                row = self.end_round(t, self.run_round(t), started)
                 if "personal_local_acc" in row:
                     bar.set_postfix(acc=f"{row['personal_local_acc']:.3f}", loss=f"{row['train_loss']:.3f}")
-                self._save(t + 1)
         finally:
             bar.close()
             self.executor.close()
@@ -202,6 +226,7 @@ class Federation:
         for name in replaced:
             (shards / name).unlink(missing_ok=True)
         self._changed = set()
+        self._saved_at, self._saved_round = time.perf_counter(), done
 
     def _resume(self) -> None:
         if self.checkpoint is None or not self.checkpoint.exists():
@@ -220,7 +245,7 @@ class Federation:
             tqdm.write(f"fedlib: checkpoint {self.checkpoint} could not be read ({type(exc).__name__}: {exc}); "
                        f"moved to {moved.name}; starting from round 1")
             return
-        self.start_round = state["round"]
+        self.start_round = self._saved_round = state["round"]
         self.server.state = state["server"]
         for i, slot in slots.items():
             self.clients[i].model, self.clients[i].state = slot["model"], slot["state"]
