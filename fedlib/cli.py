@@ -67,7 +67,10 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("chapter", help="a chapter with paper_tables() in fedlib/studies (e.g. fedgpa)")
     rec.add_argument("--device", default="auto", help="cuda | cpu | auto (cuda when visible)")
     rec.add_argument("--executor", default="auto", help="sequential | process | batched | auto (batched on a GPU)")
-    rec.add_argument("--workers", type=int, default=1, help="runs at once (several small runs share one GPU well)")
+    rec.add_argument("--workers", type=int, default=1,
+                     help="processes at once, each a run-batched group (batched) or one run (several share one GPU well)")
+    rec.add_argument("--max-runs", type=int, default=None,
+                     help="at most this many runs in one batched step (default: every run that can share it)")
     rec.add_argument("--deadline", type=float, default=None, help="seconds: start no run that would end later")
     rec.add_argument("--seeds", nargs="+", type=int, default=None, help="these seeds in every table (default: the paper's)")
     rec.add_argument("--tables", nargs="+", default=None, help="only these tables (default: all, the headline first)")
@@ -203,6 +206,9 @@ def check_writable_file(path, option: str) -> None:
 
 def cmd_records(args) -> int:
     import importlib
+    import math
+
+    from fedlib.errors import check
 
     from fedlib.studies.common import paper_grid, record_grid, set_runtime
 
@@ -213,8 +219,13 @@ def cmd_records(args) -> int:
     if not hasattr(study, "paper_tables"):
         raise ConfigError("chapter", args.chapter, "a chapter whose study defines paper_tables()")
     runtime = set_runtime(args.device, args.executor)
+    check(args.workers >= 1, "--workers", args.workers, "a positive number of processes")
+    check(args.max_runs is None or args.max_runs >= 1, "--max-runs", args.max_runs, "a positive number of runs")
+    check(args.deadline is None or (math.isfinite(args.deadline) and args.deadline > 0), "--deadline", args.deadline,
+          "a positive number of seconds")
     summary = record_grid(paper_grid(study.paper_tables(), args.seeds, args.tables), args.chapter, workers=args.workers,
-                          deadline_s=args.deadline, device=runtime["device"], executor=runtime["executor"])
+                          deadline_s=args.deadline, device=runtime["device"], executor=runtime["executor"],
+                          max_runs=args.max_runs)
     print(f"{args.chapter}: {summary['done']} recorded, {summary['failed']} failed, {summary['skipped']} already there, {summary['left']} left "
           f"({summary['wall_s']:.0f} s)")
     return 1 if summary["failed"] else 0

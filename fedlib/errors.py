@@ -8,6 +8,9 @@ class ConfigError(ValueError):
         self.field, self.value, self.allowed = field, value, allowed
         super().__init__(f"{field}={value!r} is not allowed: {allowed}")
 
+    def __reduce__(self):   # crosses process boundaries (worker pools) with its message intact
+        return type(self), (self.field, self.value, self.allowed)
+
 
 class DataNotFoundError(FileNotFoundError):
     """Dataset files are absent; the message says where they were looked for and how to get them."""

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -176,17 +177,23 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+@functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """fedlib's version and git commit; FEDLIB_CODE_VERSION names the commit where the checkout has no
-    .git (a copy of the working tree sent to another machine)."""
+    """fedlib's version and the git commit of the code this process runs, read once (a commit made while a
+    long grid runs does not relabel its later records), with "+changes" where fedlib's files differ from
+    it; FEDLIB_CODE_VERSION names the commit where the checkout has no .git (a copy of the working tree
+    sent to another machine)."""
     if os.environ.get("FEDLIB_CODE_VERSION"):
         return f"fedlib {fedlib.__version__} ({os.environ['FEDLIB_CODE_VERSION']})"
+    here = Path(__file__).parent
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent, capture_output=True,
-                             text=True, timeout=5).stdout.strip()
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=5).stdout.strip()
+        changed = rev and subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=here, capture_output=True,
+                                         text=True, timeout=5).stdout.strip()
     except (OSError, subprocess.SubprocessError):
-        rev = ""
-    return f"fedlib {fedlib.__version__}" + (f" ({rev})" if rev else "")
+        rev, changed = "", ""
+    return f"fedlib {fedlib.__version__}" + (f" ({rev}{'+changes' if changed else ''})" if rev else "")
 
 
 def device_description(device: str) -> str:

@@ -45,3 +45,27 @@ def test_records_names_what_chapters_it_can_record(capsys, chapter, words):
     assert main(["records", chapter, "--device", "cpu"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and words in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("chapter", ["fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc"])
+def test_records_knows_every_chapters_paper_grid(capsys, chapter, tmp_path, monkeypatch):
+    """Every chapter's paper-scale grid is checked config by config before any process starts; a deadline
+    that has passed starts nothing and says how much is left."""
+    from fedlib import results
+    from fedlib.cli import main
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    assert main(["records", chapter, "--device", "cpu", "--executor", "batched", "--deadline", "1e-9"]) == 0
+    out = capsys.readouterr().out
+    assert f"{chapter}: 0 recorded, 0 failed, 0 already there" in out and " left " in out
+
+
+@pytest.mark.parametrize("argv, words", [(["--workers", "0"], "--workers=0"), (["--deadline", "-5"], "--deadline=-5"),
+                                         (["--deadline", "nan"], "--deadline=nan"), (["--tables", "nosuch"], "tables"),
+                                         (["--device", "tpu"], "device")])
+def test_records_refuses_bad_options_in_one_line(capsys, argv, words):
+    from fedlib.cli import main
+
+    assert main(["records", "fedgpa", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and words in err and "Traceback" not in err

@@ -23,15 +23,6 @@ DIGITS = dict(dataset="digits", partition={"name": "dirichlet", "alpha": 1.0, "m
 REQUIRED = ["fedavg", "fedprox", "scaffold", "fedproto", "fedgpa"]
 
 
-@pytest.fixture
-def one_thread():
-    """Worker processes train with one thread; the in-process reference does too for bitwise checks."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def compare_rounds(method: str, executor: str, rounds: int = 2, options=None, **overrides):
     """Each round, the sequential executor and ``executor`` train copies of the same tasks (the
     federation then continues from the sequential results); returns per round both result lists."""
@@ -163,6 +154,29 @@ def test_functional_optimizers_match_torch_optim(spec):
         opt.step()
         params, state = fopt.update(params, {"w": grad}, state)
     assert torch.allclose(params["w"], p.detach(), rtol=0, atol=1e-7)
+
+
+@pytest.mark.parametrize("spec", [OptimizerSpec("sgd", 0.9, 1e-4), OptimizerSpec("adam", 0.0, 1e-4)])
+def test_functional_optimizer_steps_every_used_parameter_as_torch_optim_and_leaves_unused_ones(spec):
+    """Several parameters of different shapes in one foreach step, one of them unreached by the loss: the used
+    ones follow torch.optim (per tensor), the unused one keeps its value and state (no weight decay)."""
+    g = torch.Generator().manual_seed(1)
+    start = {"a": torch.randn(3, 4, generator=g), "b": torch.randn(5, generator=g), "c": torch.randn(2, 2, generator=g)}
+    ref = {k: torch.nn.Parameter(v.clone()) for k, v in start.items() if k != "c"}
+    opt = (torch.optim.Adam(list(ref.values()), lr=0.01, weight_decay=spec.weight_decay) if spec.kind == "adam" else
+           torch.optim.SGD(list(ref.values()), lr=0.01, momentum=spec.momentum, weight_decay=spec.weight_decay))
+    fopt = FunctionalOptimizer(spec, 0.01)
+    params = {k: v.clone() for k, v in start.items()}
+    state = fopt.init(params)
+    for _ in range(4):
+        grads = {k: torch.randn(v.shape, generator=g) for k, v in start.items()}
+        for k, p in ref.items():
+            p.grad = grads[k].clone()
+        opt.step()
+        params, state = fopt.update(params, grads, state, unused=frozenset({"c"}))
+    for k, p in ref.items():
+        assert torch.allclose(params[k], p.detach(), rtol=0, atol=1e-7), k
+    assert torch.equal(params["c"], start["c"]) and list(params) == ["a", "b", "c"]
 
 
 def test_buckets_minimise_the_lockstep_cost():

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from fedlib import results
-from fedlib.experiment import make_config, run
+from fedlib.experiment import Config, make_config, run
 from fedlib.studies import fedgpa, fedpcl
 from fedlib.studies.common import provenance, stored_grid, verdict_html
 
@@ -153,13 +153,14 @@ def test_record_grid_writes_each_record_once_and_goes_on_after_a_failure(tmp_pat
     broken = make_config(method="fedavg", **{**DIGITS, "rounds": 1, "dataset": "cifar10"})  # no files offline
     lines = []
     summary = record_grid(good + [broken], "demo", workers=2, device="cpu", executor="sequential", root=tmp_path,
-                          log=lines.append)
+                          log=lines.append, cache_dir=tmp_path / "cache")
     assert (summary["done"], summary["failed"], summary["skipped"], summary["left"]) == (2, 1, 0, 0)
     assert sorted(p.stem for p in (tmp_path / "demo").glob("*.json")) == sorted(c.key() for c in good)
     assert any(line.startswith("FAILED fedavg") for line in lines)
     stored = results.load("demo", tmp_path)
     assert all(not s.stale and s.record["executor"] == "sequential" for s in stored)
-    again = record_grid(good, "demo", workers=2, device="cpu", executor="sequential", root=tmp_path, log=lines.append)
+    again = record_grid(good, "demo", workers=2, device="cpu", executor="sequential", root=tmp_path, log=lines.append,
+                        cache_dir=tmp_path / "cache")
     assert (again["done"], again["skipped"]) == (0, 2)
 
 
@@ -168,9 +169,43 @@ def test_record_grid_starts_nothing_past_its_deadline(tmp_path):
 
     cfgs = [make_config(method="fedavg", **{**DIGITS, "rounds": 1}, seed=s) for s in range(3)]
     summary = record_grid(cfgs, "demo", workers=1, deadline_s=0.0, device="cpu", executor="sequential",
-                          root=tmp_path, log=lambda line: None)
+                          root=tmp_path, log=lambda line: None, cache_dir=tmp_path / "cache")
     assert (summary["done"], summary["left"]) == (0, 3)
     assert not (tmp_path / "demo").exists() or not list((tmp_path / "demo").glob("*.json"))
+
+
+def test_records_resume_a_killed_run_batched_group_to_the_uninterrupted_records(tmp_path, monkeypatch, one_thread):
+    """A group killed inside its second round keeps its first round in checkpoints; ``record_grid`` (what
+    ``python -m fedlib records`` runs, its workers with one thread) resumes it and writes the records an
+    uninterrupted run writes (within float rounding: the same arithmetic in another process can round
+    differently where its buffers lie at other addresses)."""
+    from fedlib.engine.lockstep import Lockstep
+    from fedlib.experiment import run_many
+    from fedlib.studies.common import record_grid
+
+    cfgs = [make_config(method="fedproto", **{**DIGITS, "executor": "batched"}, seed=s) for s in (0, 1)]
+    original = Lockstep.step
+    calls = []
+
+    def killed(self, *args, **kwargs):
+        if calls:
+            raise KeyboardInterrupt
+        calls.append(1)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Lockstep, "step", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_many(cfgs, cache_dir=tmp_path / "cache", progress=False)
+    monkeypatch.setattr(Lockstep, "step", original)
+    assert len(list((tmp_path / "cache").glob("*.ckpt"))) == 2
+    done = record_grid(cfgs, "demo", workers=1, device="cpu", executor="batched", root=tmp_path,
+                       log=lambda line: None, cache_dir=tmp_path / "cache")
+    assert (done["done"], done["left"]) == (2, 0) and not list((tmp_path / "cache").glob("*.ckpt"))
+    for stored in results.load("demo", tmp_path):
+        assert stored.record["runs_batched"] == 2 and stored.record["resumed"]
+        solo = run(Config(**stored.record["config"]), cache_dir=None, progress=False)
+        assert [r["train_loss"] for r in solo["history"]] == pytest.approx(
+            [r["train_loss"] for r in stored.record["history"]], rel=1e-6)
 
 
 def test_fedgpa_paper_grid_is_complete_unique_and_ordered_by_need():

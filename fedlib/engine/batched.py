@@ -24,7 +24,9 @@ from fedlib.models import SplitModel, network_params, part_of
 # ---------------------------------------------------------------------- functional optimizers
 class FunctionalOptimizer:
     """SGD (momentum, weight decay) and Adam as pure updates of stacked tensors, written with the
-    same operations as torch.optim's single-tensor implementations."""
+    same operations as torch.optim's single-tensor implementations, applied to all parameters at once
+    with ``torch._foreach_*`` (a few fused kernels per step on a GPU instead of a few per parameter;
+    on the CPU the same per-tensor arithmetic)."""
 
     def __init__(self, spec: OptimizerSpec, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
         self.spec, self.lr, self.betas, self.eps = spec, lr, betas, eps
@@ -39,30 +41,38 @@ class FunctionalOptimizer:
         """One step; parameters in ``unused`` (the loss does not reach them) are left as they are, as
         torch.optim leaves parameters whose gradient is None (no weight decay either)."""
         self.step_count += 1
-        new_p, new_s = {}, {}
-        wd = self.spec.weight_decay
-        for k, p in params.items():
-            if k in unused:
-                new_p[k], new_s[k] = p, state[k]
-                continue
-            g = grads[k]
-            if wd != 0:
-                g = g.add(p, alpha=wd)
-            if self.spec.kind == "adam":
-                b1, b2 = self.betas
-                m, v = state[k]
-                m = m.lerp(g, 1 - b1)
-                v = v.mul(b2).addcmul(g, g, value=1 - b2)
-                step_size = self.lr / (1 - b1 ** self.step_count)
-                denom = (v.sqrt() / math.sqrt(1 - b2 ** self.step_count)).add(self.eps)
-                new_p[k], new_s[k] = p.addcdiv(m, denom, value=-step_size), (m, v)
-            else:
-                buf = state[k]
-                if self.spec.momentum != 0:
-                    buf = g.clone() if buf is None else buf.mul(self.spec.momentum).add(g)
-                    g = buf
-                new_p[k], new_s[k] = p.add(g, alpha=-self.lr), buf
-        return new_p, new_s
+        keys = [k for k in params if k not in unused]
+        new_p = {k: params[k] for k in unused if k in params}
+        new_s = {k: state[k] for k in unused if k in params}
+        if not keys:
+            return {**params, **new_p}, {**state, **new_s}
+        p = [params[k] for k in keys]
+        g = [grads[k] for k in keys]
+        if self.spec.weight_decay != 0:
+            g = torch._foreach_add(g, p, alpha=self.spec.weight_decay)
+        if self.spec.kind == "adam":
+            b1, b2 = self.betas
+            m = torch._foreach_lerp([state[k][0] for k in keys], g, 1 - b1)
+            v = torch._foreach_mul([state[k][1] for k in keys], b2)
+            torch._foreach_addcmul_(v, g, g, value=1 - b2)
+            step_size = self.lr / (1 - b1 ** self.step_count)
+            denom = torch._foreach_div(torch._foreach_sqrt(v), math.sqrt(1 - b2 ** self.step_count))
+            torch._foreach_add_(denom, self.eps)
+            updated = torch._foreach_addcdiv(p, m, denom, value=-step_size)
+            moments = list(zip(m, v))
+        else:
+            moments = [state[k] for k in keys]
+            if self.spec.momentum != 0:
+                if moments[0] is None:   # the first step: every buffer starts as the gradient
+                    moments = [x.clone() for x in g]
+                else:
+                    moments = torch._foreach_mul(moments, self.spec.momentum)
+                    torch._foreach_add_(moments, g)
+                g = moments
+            updated = torch._foreach_add(p, g, alpha=-self.lr)
+        new_p.update(zip(keys, updated))
+        new_s.update(zip(keys, moments))
+        return {k: new_p[k] for k in params}, {k: new_s[k] for k in params}
 
 
 def _where(mask: torch.Tensor, new, old):

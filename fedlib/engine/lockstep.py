@@ -89,7 +89,8 @@ class Lockstep:
                     on_end(m)
                 continue
             m.in_round = False
-            m.bar.update(1)
+            if m.bar is not None:
+                m.bar.update(1)
             m.next_round = t + 1
             if on_round:
                 on_round(m)

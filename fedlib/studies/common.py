@@ -392,8 +392,109 @@ def paper_grid(tables: dict, seeds=None, only=None) -> list[Config]:
     return list(out.values())
 
 
-def _record_one(cfg: Config) -> dict:
-    return run(cfg, cache_dir=None, progress=False)
+def _record_job(configs: list[Config], chapter: str, root, deadline: float | None, batched: bool,
+                cache_dir) -> list[tuple]:
+    """In a worker process: train ``configs`` (one run-batched group, or one config) with the cache's
+    checkpoints (a later call resumes them), write each finished record to ``results/<chapter>/``; returns
+    per config (status, what to log): "done" with its final accuracies, "failed" with the error, "left"."""
+    from fedlib import results
+    from fedlib.experiment import run_many
+
+    if batched:
+        outcomes = run_many(configs, cache_dir=cache_dir, progress=False, deadline=deadline)
+    else:
+        outcomes = []
+        for cfg in configs:
+            try:
+                outcomes.append(run(cfg, cache_dir=cache_dir, progress=False))
+            except Exception as exc:  # noqa: BLE001  (reported by the parent; the other configs go on)
+                outcomes.append(exc)
+    out = []
+    for cfg, outcome in zip(configs, outcomes):
+        if isinstance(outcome, dict):
+            results.write(outcome, chapter, root)
+            accs = {k: round(v, 4) for k, v in outcome["final"].items() if k.endswith("_acc")}
+            out.append(("done", f"{outcome['wall_time_s']:.0f} s, final {json.dumps(accs)}"))
+        elif isinstance(outcome, BaseException):
+            out.append(("failed", f"{type(outcome).__name__}: {outcome}"))
+        else:
+            out.append(("left", "stopped at the deadline; its checkpoint resumes it"))
+    return out
+
+
+def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_s: float | None = None,
+                device: str = "cuda", executor: str = "batched", root=None, log=print,
+                max_runs: int | None = None, cache_dir=None) -> dict:
+    """Run every config that has no current record under ``results/<chapter>/`` and write its record.
+
+    With the batched executor, configs that can share a vmapped step run together (``run_many``: groups of
+    at most ``max_runs``); otherwise one config per job. Jobs go to ``workers`` processes at once, in the
+    order of ``configs`` (on a GPU several groups overlap). Every run checkpoints into the cache, so a call
+    cut short loses at most its last rounds: run the same command again to go on. With ``deadline_s`` no job
+    starts after it, run-batched groups start no round after it, and the call returns soon after (at most
+    ``DEADLINE_GRACE_S`` later: a process still busy then is stopped, keeping its last checkpoint).
+    A run that raises is logged and counted, and the others go on. ``cache_dir``: the runs' cache (records and
+    checkpoints), default ``.fedlib-cache``.
+    Returns {"done": n, "failed": n, "skipped": n, "left": n, "wall_s": s}."""
+    import time
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    import torch
+
+    from fedlib import results
+    from fedlib.experiment import DEFAULT_CACHE, lockstep_groups, validate
+
+    start = time.time()
+    cache_dir = cache_dir or DEFAULT_CACHE
+    deadline = None if deadline_s is None else start + deadline_s
+    root = root or results.RESULTS
+    have = {s.record["key"] for s in results.load(chapter, root) if not s.stale}
+    todo = [dataclasses.replace(c, device=device, executor=executor) for c in configs if c.key() not in have]
+    for cfg in todo:   # every config is checked here, before any process starts
+        validate(cfg)
+    batched = executor == "batched"
+    jobs = [[todo[i] for i in g] for g in lockstep_groups(todo, max_runs)] if batched else [[c] for c in todo]
+    log(f"{chapter}: {len(configs)} configs, {len(configs) - len(todo)} already recorded, {len(todo)} to run "
+        f"on {device} ({executor}, {len(jobs)} job(s)) with {workers} worker(s)")
+    counts = {"done": 0, "failed": 0, "left": 0}
+    pool = ProcessPoolExecutor(workers, mp_context=torch.multiprocessing.get_context("spawn"),
+                               initializer=_gpu_worker_setup)
+    running: dict = {}
+    queue = list(jobs)
+    try:
+        while queue or running:
+            while queue and len(running) < workers and (deadline is None or time.time() < deadline):
+                job = queue.pop(0)
+                running[pool.submit(_record_job, job, chapter, root, deadline, batched, cache_dir)] = job
+            if not running:
+                break
+            limit = None if deadline is None else max(deadline + (DEADLINE_GRACE_S if batched else 0) - time.time(), 0)
+            finished, _ = wait(running, timeout=limit, return_when=FIRST_COMPLETED)
+            if not finished:
+                log(f"deadline: {sum(map(len, running.values()))} run(s) in flight stopped (their checkpoints resume them)")
+                break
+            for future in finished:
+                job = running.pop(future)
+                try:
+                    outcomes = future.result()
+                except Exception as exc:  # noqa: BLE001  (one broken job must not cost the others' device time)
+                    outcomes = [("failed", f"{type(exc).__name__}: {exc}")] * len(job)
+                for cfg, (status, what) in zip(job, outcomes):
+                    counts[status] += 1
+                    label = f"{cfg.method} {cfg.hyper or ''} seed {cfg.seed}"
+                    if status == "failed":
+                        log(f"FAILED {label}: {what}")
+                    else:
+                        log(f"[{counts['done']}/{len(todo)} {time.time() - start:6.0f} s] {label}: {what}")
+    finally:
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+    return {"done": counts["done"], "failed": counts["failed"], "skipped": len(configs) - len(todo),
+            "left": len(todo) - counts["done"] - counts["failed"], "wall_s": time.time() - start}
+
+
+DEADLINE_GRACE_S = 90.0   # a run-batched group finishes the round it is in when the deadline passes
 
 
 def _gpu_worker_setup():
@@ -403,69 +504,6 @@ def _gpu_worker_setup():
 
     os.environ["TQDM_DISABLE"] = "1"
     torch.set_num_threads(1)
-
-
-def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_s: float | None = None,
-                device: str = "cuda", executor: str = "batched", root=None, log=print) -> dict:
-    """Run every config that has no current record under ``results/<chapter>/`` and write its record.
-
-    Runs go to ``workers`` processes at once (on a GPU several small runs overlap: each alone leaves
-    the device idle between kernel launches). With ``deadline_s`` no run starts once the runs so
-    far say it would not finish in time, and the call returns at the deadline: finished records are
-    kept, unfinished runs are dropped (run the same command again to go on).
-    A run that raises is logged and counted, and the others go on.
-    Returns {"done": n, "failed": n, "skipped": n, "left": n, "wall_s": s}."""
-    import time
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    import torch
-
-    from fedlib import results
-
-    start = time.time()
-    root = root or results.RESULTS
-    have = {s.record["key"] for s in results.load(chapter, root) if not s.stale}
-    todo = [dataclasses.replace(c, device=device, executor=executor) for c in configs if c.key() not in have]
-    log(f"{chapter}: {len(configs)} configs, {len(configs) - len(todo)} already recorded, {len(todo)} to run "
-        f"on {device} ({executor}) with {workers} worker(s)")
-    durations: list[float] = []
-    done = failed = 0
-    pool = ProcessPoolExecutor(workers, mp_context=torch.multiprocessing.get_context("spawn"),
-                               initializer=_gpu_worker_setup)
-    running: dict = {}
-    queue = list(todo)
-    try:
-        while queue or running:
-            left = None if deadline_s is None else deadline_s - (time.time() - start)
-            guess = 1.3 * max(durations) if durations else 0.0
-            while queue and len(running) < workers and (left is None or left > guess):
-                cfg = queue.pop(0)
-                running[pool.submit(_record_one, cfg)] = (cfg, time.time())
-            if not running:
-                break
-            finished, _ = wait(running, timeout=None if left is None else max(left, 0.0), return_when=FIRST_COMPLETED)
-            if not finished:
-                log(f"deadline: {len(running)} run(s) in flight dropped")
-                break
-            for future in finished:
-                cfg, t0 = running.pop(future)
-                try:
-                    record = future.result()
-                except Exception as exc:  # one broken config must not cost the others' device time
-                    failed += 1
-                    log(f"FAILED {cfg.method} {cfg.hyper or ''} seed {cfg.seed}: {type(exc).__name__}: {exc}")
-                    continue
-                durations.append(time.time() - t0)
-                results.write(record, chapter, root)
-                done += 1
-                log(f"[{done}/{len(todo)} {time.time() - start:6.0f} s] {cfg.method} {cfg.hyper or ''} seed {cfg.seed}: "
-                    f"{record['wall_time_s']:.0f} s, final {json.dumps({k: round(v, 4) for k, v in record['final'].items() if k.endswith('_acc')})}")
-    finally:
-        for proc in list(getattr(pool, "_processes", {}).values()):
-            proc.kill()
-        pool.shutdown(wait=False, cancel_futures=True)
-    return {"done": done, "failed": failed, "skipped": len(configs) - len(todo), "left": len(todo) - done - failed,
-            "wall_s": time.time() - start}
 
 
 # ---------------------------------------------------------------------- the book's results overview

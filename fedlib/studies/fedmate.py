@@ -175,13 +175,18 @@ def _table1_config(row: str, cell, scale: str, seed: int) -> Config:
     return ablation_config(row, ds, s, scale, seed) if row in ABLATION else config(row, ds, scale, s=s, seed=seed)
 
 
+def table1_grid(scale: str) -> dict:
+    sc = scale_info(scale)
+    return {(cell, r): [_table1_config(r, cell, scale, seed) for seed in sc["headline_seeds"]]
+            for cell in sc["table1_cells"] for r in TABLE1 + list(ABLATION)}
+
+
 def table1(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     """Table 1 (the methods and the ablation rows): personalized models on a balanced test set, over the
     headline seeds. Returns (rows, {(dataset, s): {row: records}})."""
     sc = scale_info(scale)
     names = TABLE1 + list(ABLATION)
-    runs = run_grid({(cell, r): [_table1_config(r, cell, scale, seed) for seed in sc["headline_seeds"]]
-                     for cell in sc["table1_cells"] for r in names}, desc="Table 1", store=store)
+    runs = run_grid(table1_grid(scale), desc="Table 1", store=store)
     table = nested(runs)
     rows = []
     for r in names:
@@ -194,12 +199,16 @@ def table1(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     return rows, table
 
 
+def table2_grid(scale: str) -> dict:
+    sc = scale_info(scale)
+    return {(ds, m): with_seeds(config(m, ds, scale, shards=3), sc["seeds"]) for ds in sc["table2_datasets"] for m in TABLE2}
+
+
 def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     """Table 2: three classes per client, each client tested on its own label mix. Returns (rows,
     {dataset: {method: records}})."""
     sc = scale_info(scale)
-    runs = run_grid({(ds, m): with_seeds(config(m, ds, scale, shards=3), sc["seeds"])
-                     for ds in sc["table2_datasets"] for m in TABLE2}, desc="Table 2", store=store)
+    runs = run_grid(table2_grid(scale), desc="Table 2", store=store)
     table = nested(runs)
     rows = []
     for m in TABLE2:
@@ -265,11 +274,15 @@ def plot_prototypes(points: dict):
     return fig
 
 
+def repeat_grid(scale: str) -> dict:
+    sc = scale_info(scale)
+    return {(m, r): with_seeds(config(m, "fmnist", scale, s=50, repeat=r), sc["seeds"])
+            for m in REPEAT_METHODS for r in sc["repeat"]}
+
+
 def repeat_sweep(scale: str, store: str | None = None) -> tuple[dict, dict]:
     """Fig. 5 (FMNIST, s = 50): clients with repeated samples. Returns ({method: {ratio: ms}}, runs)."""
-    sc = scale_info(scale)
-    runs = run_grid({(m, r): with_seeds(config(m, "fmnist", scale, s=50, repeat=r), sc["seeds"])
-                     for m in REPEAT_METHODS for r in sc["repeat"]}, desc="Fig. 5", progress=False, store=store)
+    runs = run_grid(repeat_grid(scale), desc="Fig. 5", progress=False, store=store)
     return nested({cell: mean_std(recs, "personal_global_acc") for cell, recs in runs.items()}), runs
 
 
@@ -288,19 +301,26 @@ def plot_repeat(repeat: dict, scale: str):
     return fig
 
 
+def communication_grid(scale: str) -> dict:
+    seeds = scale_info(scale)["seeds"]
+    return {"with": with_seeds(config("fedmate", "fmnist", scale, s=10, hyper={"cft_x": 0.05}), seeds),
+            "without": with_seeds(config("fedmate", "fmnist", scale, s=10, hyper={"cft": False}), seeds)}
+
+
 def communication(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     """Appx. 2: FedMate with CFT (x = 0.05) against FedMate sending the extractor every round (FMNIST, s = 10).
     Returns (rows, {"with"|"without": records})."""
-    seeds = scale_info(scale)["seeds"]
-    runs = run_grid({"with": with_seeds(config("fedmate", "fmnist", scale, s=10, hyper={"cft_x": 0.05}), seeds),
-                     "without": with_seeds(config("fedmate", "fmnist", scale, s=10, hyper={"cft": False}), seeds)},
-                    desc="CFT", progress=False, store=store)
+    runs = run_grid(communication_grid(scale), desc="CFT", progress=False, store=store)
     rows = [{"variant": k, "uploaded / client / round": f"{np.mean([r['uploaded_per_client'] for r in v[0]['history']]):,.0f}",
              "accuracy": fmt(mean_std(v, "personal_global_acc"))} for k, v in runs.items()]
     return rows, runs
 
 
 def paper_scale_grid() -> dict:
-    P = SCALES["paper"]
-    return {(cell, r): [_table1_config(r, cell, "paper", seed) for seed in P["headline_seeds"]]
-            for cell in P["table1_cells"] for r in TABLE1 + list(ABLATION)}
+    return table1_grid("paper")
+
+
+def paper_tables() -> dict:
+    """The paper-scale grid of every table, most needed first (``python -m fedlib records fedmate``)."""
+    return {"table1": table1_grid("paper"), "table2": table2_grid("paper"), "repeat": repeat_grid("paper"),
+            "communication": communication_grid("paper")}

@@ -212,14 +212,18 @@ A_SEL = "A_sel: each participant's model on a test set drawn with its own label 
 KINDS = ("shards", "dirichlet")
 
 
-def comparison(scale: str, store: str | None = None) -> dict:
-    """Tables I, II, III and V: every method on both datasets under sharding (the headline seeds) and
-    Dirichlet skew (the dataset's seeds), first long-tail gamma: {(dataset, kind, method): records}."""
+def comparison_grid(scale: str) -> dict:
     sc = scale_info(scale)
     gamma = sc["gammas"][0]
     seeds = {"shards": {ds: HEADLINE_SEEDS[scale] for ds in sc["datasets"]}, "dirichlet": DATASET_SEEDS[scale]}
-    return run_grid({(ds, kind, m): with_seeds(config(m, ds, kind, gamma, scale), seeds[kind][ds])
-                     for ds in sc["datasets"] for kind in KINDS for m in METHODS}, desc="Tables I, II, III, V", store=store)
+    return {(ds, kind, m): with_seeds(config(m, ds, kind, gamma, scale), seeds[kind][ds])
+            for ds in sc["datasets"] for kind in KINDS for m in METHODS}
+
+
+def comparison(scale: str, store: str | None = None) -> dict:
+    """Tables I, II, III and V: every method on both datasets under sharding (the headline seeds) and
+    Dirichlet skew (the dataset's seeds), first long-tail gamma: {(dataset, kind, method): records}."""
+    return run_grid(comparison_grid(scale), desc="Tables I, II, III, V", store=store)
 
 
 def _fmt_last(records, metric, scale):
@@ -306,12 +310,15 @@ def plot_a_glo(runs: dict, scale: str):
     return fig
 
 
-def late_clients(scale: str, store: str | None = None) -> tuple[list[dict], dict, dict]:
-    """Table VII: clients that join in the last round. Returns (rows, {method: (A_loc, A_glo) in %}, runs)."""
+def late_clients_grid(scale: str) -> dict:
     sc = scale_info(scale)
     ds, gamma = sc["datasets"][0], sc["gammas"][0]
-    runs = run_grid({m: with_seeds(config(m, ds, "shards", gamma, scale, late=True), sc["sweep_seeds"]) for m in PAPER_T7},
-                    desc="Table VII", progress=False, store=store)
+    return {m: with_seeds(config(m, ds, "shards", gamma, scale, late=True), sc["sweep_seeds"]) for m in PAPER_T7}
+
+
+def late_clients(scale: str, store: str | None = None) -> tuple[list[dict], dict, dict]:
+    """Table VII: clients that join in the last round. Returns (rows, {method: (A_loc, A_glo) in %}, runs)."""
+    runs = run_grid(late_clients_grid(scale), desc="Table VII", progress=False, store=store)
     new = {m: (100 * last(recs, "a_loc", scale)[0], 100 * last(recs, "a_glo", scale)[0]) for m, recs in runs.items()}
     rows = [{"method": LABELS[m], "new clients A_loc": f"{a:.2f}", "A_glo": f"{g:.2f}",
              "paper A_loc / A_glo (CIFAR-10 s=5, gamma=0.5)": f"{PAPER_T7[m][0]:.2f} / {PAPER_T7[m][1]:.2f}"}
@@ -319,13 +326,17 @@ def late_clients(scale: str, store: str | None = None) -> tuple[list[dict], dict
     return rows, new, runs
 
 
-def ablation(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
-    """Table VIII: FedPRP with L_ID and/or L_IC switched off. Returns (rows, {row: records})."""
+def ablation_grid(scale: str) -> dict:
     sc = scale_info(scale)
     ds, gamma = sc["datasets"][0], sc["gammas"][0]
-    runs = run_grid({row: with_seeds(config("fedprp", ds, "shards", gamma, scale, hyper={"use_id": use_id, "use_ic": use_ic}),
-                                     DATASET_SEEDS[scale][ds])
-                     for row, (use_id, use_ic, _, _) in PAPER_T8.items()}, desc="Table VIII", progress=False, store=store)
+    return {row: with_seeds(config("fedprp", ds, "shards", gamma, scale, hyper={"use_id": use_id, "use_ic": use_ic}),
+                            DATASET_SEEDS[scale][ds])
+            for row, (use_id, use_ic, _, _) in PAPER_T8.items()}
+
+
+def ablation(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
+    """Table VIII: FedPRP with L_ID and/or L_IC switched off. Returns (rows, {row: records})."""
+    runs = run_grid(ablation_grid(scale), desc="Table VIII", progress=False, store=store)
     rows = [{"variant": row, "L_ID": "yes" if v[0] else "no", "L_IC": "yes" if v[1] else "no",
              "A_loc": _fmt_last(runs[row], "a_loc", scale), "A_glo": _fmt_last(runs[row], "a_glo", scale),
              "paper A_loc / A_glo": f"{v[2]:.2f} / {f'{v[3]:.2f}' if v[3] is not None else '-'}"}
@@ -333,12 +344,16 @@ def ablation(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     return rows, runs
 
 
-def beta_sweep(scale: str, store: str | None = None) -> dict:
-    """Fig. 7: the weight beta of the old global prototypes (Eq. 8): {beta: records}."""
+def beta_grid(scale: str) -> dict:
     sc = scale_info(scale)
     ds, gamma = sc["datasets"][0], sc["gammas"][0]
-    return run_grid({beta: with_seeds(config("fedprp", ds, "shards", gamma, scale, hyper={"beta": beta}), sc["sweep_seeds"])
-                     for beta in (0.1, 0.5, 0.9)}, desc="Fig. 7", progress=False, store=store)
+    return {beta: with_seeds(config("fedprp", ds, "shards", gamma, scale, hyper={"beta": beta}), sc["sweep_seeds"])
+            for beta in (0.1, 0.5, 0.9)}
+
+
+def beta_sweep(scale: str, store: str | None = None) -> dict:
+    """Fig. 7: the weight beta of the old global prototypes (Eq. 8): {beta: records}."""
+    return run_grid(beta_grid(scale), desc="Fig. 7", progress=False, store=store)
 
 
 def plot_beta(beta_runs: dict, scale: str):
@@ -395,6 +410,12 @@ def cost_rows(runs: dict, scale: str) -> list[dict]:
 
 
 def paper_scale_grid() -> dict:
-    P = SCALES["paper"]
-    return {(ds, kind, m): with_seeds(config(m, ds, kind, g, "paper"), DATASET_SEEDS["paper"][ds])
-            for ds in P["datasets"] for kind in KINDS for g in P["gammas"] for m in METHODS}
+    """The comparison the chapter shows (Tables I, II, III, V at the first long tail gamma). It iterated over
+    every gamma under a key without gamma before, so the book looked up the last gamma's records only."""
+    return comparison_grid("paper")
+
+
+def paper_tables() -> dict:
+    """The paper-scale grid of every table, most needed first (``python -m fedlib records fedprp``)."""
+    return {"comparison": comparison_grid("paper"), "late_clients": late_clients_grid("paper"),
+            "ablation": ablation_grid("paper"), "beta": beta_grid("paper")}

@@ -204,11 +204,15 @@ def with_seed_in(records: list[dict], seeds) -> list[dict]:
     return [r for r in records if r["seed"] in seeds]
 
 
+def table2_grid(scale: str) -> dict:
+    sc = scale_info(scale)
+    return {(ds, m): with_seeds(config(m, ds, scale), sc["headline_seeds"]) for ds in sc["datasets"] for m in TABLE2}
+
+
 def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     """Table II over the headline seeds: (rows, {dataset: {method: records}})."""
     sc = scale_info(scale)
-    runs = run_grid({(ds, m): with_seeds(config(m, ds, scale), sc["headline_seeds"]) for ds in sc["datasets"] for m in TABLE2},
-                    desc="Table II", store=store)
+    runs = run_grid(table2_grid(scale), desc="Table II", store=store)
     table = nested(runs)
     rows = []
     for m in TABLE2:
@@ -242,13 +246,19 @@ def plot_tradeoff(table: dict, scale: str):
     return fig
 
 
+def table3_grid(scale: str) -> dict:
+    """Table III's runs that Table II has not (FedAvg, FedAvg-FT and pFedCSPC come from Table II)."""
+    sc = scale_info(scale)
+    return {(ds, m): with_seeds(config(m, ds, scale), sc["main_seeds"]) for ds in sc["datasets"]
+            for m in TABLE3 if m not in ("fedavg", "fedavg_ft", "pfedcspc")}
+
+
 def table3(table2_: dict, scale: str, store: str | None = None) -> tuple[list[dict], dict, list]:
     """Table III: I_local of the personalized-FL baselines; FedAvg, FedAvg-FT and pFedCSPC come from Table II's
     runs (their seeds among the main seeds). Returns (rows, {dataset: {method: records}}, every record used)."""
     sc = scale_info(scale)
     seeds = sc["main_seeds"]
-    runs = run_grid({(ds, m): with_seeds(config(m, ds, scale), seeds) for ds in sc["datasets"]
-                     for m in TABLE3 if m not in ("fedavg", "fedavg_ft", "pfedcspc")}, desc="Table III", store=store)
+    runs = run_grid(table3_grid(scale), desc="Table III", store=store)
     table = {ds: {} for ds in sc["datasets"]}
     table.update(nested(runs))
     rows, used = [], list(runs.values())
@@ -267,12 +277,18 @@ def table3(table2_: dict, scale: str, store: str | None = None) -> tuple[list[di
     return rows, table, used
 
 
+def ablations_grid(scale: str) -> dict:
+    """Tables IV and V's runs that Table II has not (FedAvg and the full method)."""
+    sc = scale_info(scale)
+    ds, seeds = sc["datasets"][0], sc["seeds"]
+    return {name: with_seeds(ablation_config(name, ds, scale), seeds) for name in ABLATION_RUNS if name != "full"}
+
+
 def ablations(table2_: dict, scale: str, store: str | None = None) -> dict:
     """Tables IV and V: {run name: records} for every ablation run (FedAvg and the full method from Table II)."""
     sc = scale_info(scale)
     ds, seeds = sc["datasets"][0], sc["seeds"]
-    runs = run_grid({name: with_seeds(ablation_config(name, ds, scale), seeds) for name in ABLATION_RUNS if name != "full"},
-                    desc="Tables IV-V", store=store)
+    runs = run_grid(ablations_grid(scale), desc="Tables IV-V", store=store)
     runs["fedavg"] = with_seed_in(table2_[ds]["fedavg"], seeds)
     runs["full"] = with_seed_in(table2_[ds]["pfedcspc"], seeds)
     return runs
@@ -288,14 +304,22 @@ def ablation_tables(runs: dict, scale: str) -> tuple:
     return table4, table5, rows4, rows5
 
 
+def table6_grid(scale: str) -> dict:
+    """Every base objective alone (b) and under pFedCSPC (+b); Table VI reads the alone runs Table II has from it."""
+    sc = scale_info(scale)
+    ds, seeds = sc["datasets"][0], sc["main_seeds"]
+    grid = {b: with_seeds(config(b, ds, scale), seeds) for b in TABLE6_BASES}
+    grid.update({f"+{b}": with_seeds(config("pfedcspc", ds, scale, hyper={"base": b}), seeds) for b in TABLE6_BASES})
+    return grid
+
+
 def table6(table2_: dict, scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     """Table VI: pFedCSPC on other local objectives, each beside the objective alone. Returns (rows,
     {base: (records alone, records with pFedCSPC)})."""
     sc = scale_info(scale)
     ds, seeds = sc["datasets"][0], sc["main_seeds"]
     alone = {b: with_seed_in(table2_[ds][b], seeds) for b in TABLE6_BASES if b in table2_[ds]}
-    todo = {b: with_seeds(config(b, ds, scale), seeds) for b in TABLE6_BASES if b not in alone}
-    todo.update({f"+{b}": with_seeds(config("pfedcspc", ds, scale, hyper={"base": b}), seeds) for b in TABLE6_BASES})
+    todo = {k: v for k, v in table6_grid(scale).items() if k not in alone}
     done = run_grid(todo, desc="Table VI", store=store)
     table = {b: (alone.get(b) or done[b], done[f"+{b}"]) for b in TABLE6_BASES}
     rows = [{"method": LABELS[b], f"{ds.upper()} alone": fmt(mean_std(a, "acc_global")),
@@ -340,15 +364,19 @@ def plot_curves(curves: dict, target: float, scale: str):
     return fig
 
 
-def prototype_sweeps(ablation_runs: dict, scale: str, store: str | None = None) -> dict:
-    """Fig. 6 (n_repeat x n_aug) and the number of clusters j: {(n_repeat, n_aug) | ("clusters", j): records};
-    the defaults (5, 5) and j = 2 are the full method's runs."""
+def sweeps_grid(scale: str) -> dict:
     sc = scale_info(scale)
     ds, seeds = sc["datasets"][0], sc["seeds"]
     grid = {(r, a): with_seeds(config("pfedcspc", ds, scale, hyper={"repeats": r, "n_aug": a}), seeds) for r, a in sc["fig6"]}
     grid.update({("clusters", j): with_seeds(config("pfedcspc", ds, scale, hyper={"clusters": j}), seeds)
                  for j in sc["clusters"]})
-    sweep = run_grid(grid, desc="Fig. 6", store=store)
+    return grid
+
+
+def prototype_sweeps(ablation_runs: dict, scale: str, store: str | None = None) -> dict:
+    """Fig. 6 (n_repeat x n_aug) and the number of clusters j: {(n_repeat, n_aug) | ("clusters", j): records};
+    the defaults (5, 5) and j = 2 are the full method's runs."""
+    sweep = run_grid(sweeps_grid(scale), desc="Fig. 6", store=store)
     sweep[(5, 5)] = ablation_runs["full"]
     sweep[("clusters", 2)] = ablation_runs["full"]
     return sweep
@@ -403,5 +431,10 @@ def plot_pmi(record: dict):
 
 
 def paper_scale_grid() -> dict:
-    P = SCALES["paper"]
-    return {(ds, m): with_seeds(config(m, ds, "paper"), P["headline_seeds"]) for ds in P["datasets"] for m in TABLE2}
+    return table2_grid("paper")
+
+
+def paper_tables() -> dict:
+    """The paper-scale grid of every table, most needed first (``python -m fedlib records pfedcspc``)."""
+    return {"table2": table2_grid("paper"), "table3": table3_grid("paper"), "ablations": ablations_grid("paper"),
+            "table6": table6_grid("paper"), "sweeps": sweeps_grid("paper")}

@@ -1,0 +1,191 @@
+"""Throughput of the paper-scale grids: FedGPA's paper configuration (FMNIST, cnn2, 20 clients, E = 5,
+batch 50, SGD) trained by the sequential executor, the batched executor (one run), and run-batched groups
+(``fedlib.experiment.run_many``: many runs in one vmapped step); then, from the best measured rate, the
+projected device time of each chapter's whole paper-scale grid (``python -m fedlib records <chapter>``).
+
+Prints per mode: seconds per round (training and aggregation of every run in it, after a warm-up round),
+training samples/s, achieved FLOP/s and its share of the device's dense FP32 peak, and the ratio to the
+sequential executor. Evaluation is timed apart (one evaluation of one run) and added to the projection.
+
+Usage: python benchmarks/gpu_throughput.py                      # on a CUDA device when visible
+       python benchmarks/gpu_throughput.py --device cpu          # smaller defaults: E = 1, groups of 2 and 4
+       [--groups 6 18 60] [--epochs 5] [--rounds 2] [--no-projection]
+"""
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+from round_speed import cpu_peak, gpu_peak  # noqa: E402
+
+from fedlib.engine.lockstep import Lockstep  # noqa: E402
+from fedlib.experiment import build, load_data, lockstep_key  # noqa: E402
+from fedlib.studies import fedgpa  # noqa: E402
+
+
+def flops_per_sample(cfg, data) -> float:
+    """Training FLOPs (forward + backward) of one sample of the config's model, by torch's flop counter."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from fedlib.models import build_model
+
+    model = build_model(cfg.model, data.input_shape, data.num_classes, cfg.dataset)
+    x = torch.randn(32, *data.input_shape)
+    y = torch.randint(0, data.num_classes, (32,))
+    with FlopCounterMode(display=False) as counter:
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+    return counter.get_total_flops() / 32
+
+
+def rate(flops: float) -> str:
+    return f"{flops / 1e12:.2f} TFLOP/s" if flops >= 1e12 else f"{flops / 1e9:.1f} GFLOP/s"
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def group_configs(n: int, epochs: int, device: str) -> list:
+    """n runs of FedGPA's paper configuration that can share a step: settings x s x seeds, in that order."""
+    out = []
+    seed = 0
+    while len(out) < n:
+        for setting in (1, 2, 3):
+            for s in (20, 80):
+                if len(out) < n:
+                    cfg = fedgpa.config("fedgpa", setting, s, "paper", seed=seed)
+                    out.append(dataclasses.replace(cfg, local_epochs=epochs, device=device, executor="batched"))
+        seed += 1
+    assert len({lockstep_key(c) for c in out}) == 1
+    return out
+
+
+def samples_per_round(fed) -> int:
+    return int(sum(len(i) for i in fed.setup.train_idx)) * fed.setup.local_epochs
+
+
+def measure(mode: str, configs: list, rounds: int, device: str) -> tuple[float, int, float]:
+    """(seconds per round, samples per round, seconds of one evaluation of one run) of ``mode``."""
+    from fedlib.engine.batched import BatchedTrainer
+    from fedlib.engine.executors import BatchedExecutor
+    from fedlib.methods import make_method
+
+    data = load_data(configs[0]).to(device)
+    if data.train_x.ndim == 4:
+        data = dataclasses.replace(data, train_x=data.train_x.contiguous(memory_format=torch.channels_last))
+    method = make_method(configs[0].method, **configs[0].hyper)
+    shared: dict = {}
+
+    def executor(setup, trainer, **_):
+        if mode != "lockstep":
+            return BatchedExecutor(setup, trainer) if mode == "batched" else None
+        shared.setdefault("batched", BatchedTrainer(trainer.model, trainer.x, trainer.y, trainer.batch_size,
+                                                    trainer.optimizer))
+        return BatchedExecutor(setup, trainer, batched=shared["batched"])
+
+    feds = [build(dataclasses.replace(c, executor="sequential" if mode == "sequential" else "batched"),
+                  executor=None if mode == "sequential" else executor, data=data, method=method) for c in configs]
+    step = Lockstep(feds, shared["batched"]).step if mode == "lockstep" else None
+    times = []
+    for t in range(rounds + 1):   # round 0 warms up (allocator, kernels)
+        sync(device)
+        start = time.perf_counter()
+        if step is not None:
+            step()
+        else:
+            for fed in feds:
+                fed.close_round(fed.executor.run(fed.method, fed.open_round(t)))
+        sync(device)
+        if t:
+            times.append(time.perf_counter() - start)
+    sync(device)
+    start = time.perf_counter()
+    feds[0].evaluate(rounds)
+    sync(device)
+    return min(times), sum(samples_per_round(f) for f in feds), time.perf_counter() - start
+
+
+def grid_work(chapter: str) -> tuple[int, int, float, int]:
+    """(runs, evaluations, training FLOPs, training samples) of a chapter's paper-scale grid: every client's
+    share of its run's training set, times the local epochs, times the expected participants per round."""
+    import importlib
+
+    from fedlib.data.partition import partition_with_server
+    from fedlib.studies.common import paper_grid
+
+    study = importlib.import_module(f"fedlib.studies.{chapter}")
+    configs = paper_grid(study.paper_tables())
+    sizes, flops, loaded = {}, {}, {}
+    samples = total = evals = 0
+    for cfg in configs:
+        data_key = (cfg.dataset, repr(cfg.data_options), repr(cfg.backbones), cfg.backbone_input)
+        if data_key not in loaded:
+            loaded[data_key] = load_data(cfg)
+        data = loaded[data_key]
+        model_key = (data_key, cfg.model)
+        if model_key not in flops:
+            flops[model_key] = flops_per_sample(cfg, data)
+        part_key = (data_key, repr(cfg.partition), cfg.num_clients, cfg.seed)
+        if part_key not in sizes:
+            parts, _ = partition_with_server(data.train_y.numpy(), data.num_classes, cfg.num_clients, cfg.partition,
+                                             cfg.seed, None if data.train_domain is None else data.train_domain.numpy())
+            sizes[part_key] = sum(len(p) for p in parts)
+        n = sizes[part_key] * cfg.fraction * cfg.local_epochs * cfg.rounds
+        samples += n
+        total += n * flops[model_key]
+        evals += cfg.rounds // cfg.eval_every
+    return len(configs), evals, total, int(samples)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--groups", nargs="+", type=int, default=None)
+    ap.add_argument("--epochs", type=int, default=None, help="local epochs (paper: 5)")
+    ap.add_argument("--rounds", type=int, default=2, help="timed rounds per mode (after one warm-up round)")
+    ap.add_argument("--modes", nargs="+", default=["sequential", "batched", "lockstep"])
+    ap.add_argument("--no-projection", action="store_true")
+    args = ap.parse_args()
+    cuda = args.device.startswith("cuda")
+    groups = args.groups or ([6, 18, 60] if cuda else [2, 4])
+    epochs = args.epochs or (5 if cuda else 1)
+    peak, peak_how = gpu_peak(args.device) if cuda else cpu_peak()
+    probe = group_configs(1, epochs, args.device)
+    per_sample = flops_per_sample(probe[0], load_data(probe[0]))
+    print(f"device {args.device} ({torch.cuda.get_device_name(args.device) if cuda else os.cpu_count()}), torch "
+          f"{torch.__version__}, {torch.get_num_threads()} threads; FedGPA paper configuration (FMNIST, cnn2, 20 clients, "
+          f"E = {epochs}, batch 50): {per_sample / 1e6:.2f} MFLOP per training sample; peak {rate(peak)} ({peak_how})")
+    plan = [(m, 1) for m in args.modes if m != "lockstep"] + [("lockstep", g) for g in groups if "lockstep" in args.modes]
+    reference, best = None, 0.0
+    eval_s = None
+    for mode, n in plan:
+        dt, samples, eval_s = measure(mode, group_configs(n, epochs, args.device), args.rounds, args.device)
+        speed = samples / dt
+        best = max(best, speed * per_sample)
+        reference = reference or (speed if mode == "sequential" else None)
+        ratio = f"{speed / reference:6.1f}x sequential" if reference else "-"
+        label = f"{mode} ({n} run{'s' if n > 1 else ''})"
+        print(f"{label:22s} {dt:8.2f} s per round  {speed:11,.0f} samples/s  {rate(speed * per_sample):>13s} = "
+              f"{100 * speed * per_sample / peak:5.1f}% of peak  {ratio}", flush=True)
+    print(f"one evaluation of one run: {eval_s:.2f} s")
+    if args.no_projection:
+        return
+    print(f"projection at {rate(best)} (the best rate above) plus {eval_s:.2f} s per evaluation of a run "
+          f"(training FLOPs scaled from FedGPA's cnn2 to each chapter's models):")
+    total = 0.0
+    for chapter in ("fedgpa", "pfedcspc", "fedprp", "fedmate", "fedpcl"):
+        runs, evals, flops, samples = grid_work(chapter)
+        seconds = flops / best + evals * eval_s
+        total += seconds
+        print(f"  {chapter:9s} {runs:4d} runs, {samples / 1e9:6.2f} G samples, {flops / 1e15:7.1f} PFLOP, {evals:6d} "
+              f"evaluations: {seconds / 3600:6.2f} h")
+    print(f"  all five: {total / 3600:.2f} h")
+
+
+if __name__ == "__main__":
+    main()
