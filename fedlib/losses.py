@@ -68,17 +68,19 @@ def prototype_distance(z: torch.Tensor, batch, protos: torch.Tensor | None, pres
     return (dist * keep).sum() / n
 
 
-def prototype_contrastive(z: torch.Tensor, batch, protos: torch.Tensor, tau: float) -> torch.Tensor:
+def prototype_contrastive(z: torch.Tensor, batch, protos: torch.Tensor, tau: float,
+                          include_positive: bool = False) -> torch.Tensor:
     """FedPCL Eq. 8 (one set, protos (K, d)) or Eq. 9 (m sets, protos (m, K, d), averaged over sets):
     -log exp(z.C^y/tau) / sum_{a != y} exp(z.C^a/tau), averaged over the batch. The denominator runs
-    over the negatives A(y) only, as the paper writes."""
+    over the negatives A(y) only, as the paper writes; ``include_positive``: over every class (the
+    InfoNCE / supervised-contrastive form, a cross-entropy over prototype similarities)."""
     y = batch.y
     sets = protos if protos.ndim == 3 else protos.unsqueeze(0)
     logits = torch.einsum("bd,mkd->mbk", z, sets) / tau
     positive = y.unsqueeze(-1) == torch.arange(sets.shape[1], device=y.device)        # (b, K)
     pos = (logits * positive).sum(2)
-    negatives = logits.masked_fill(positive.unsqueeze(0), NEG)
-    return batch_mean((torch.logsumexp(negatives, 2) - pos).mean(0), batch)
+    denominator = logits if include_positive else logits.masked_fill(positive.unsqueeze(0), NEG)
+    return batch_mean((torch.logsumexp(denominator, 2) - pos).mean(0), batch)
 
 
 def supervised_contrastive(z: torch.Tensor, batch, tau: float) -> torch.Tensor:

@@ -18,7 +18,9 @@ mini-batch. The official code omits L_g; ``use_global=False`` reproduces it (Tab
 
 Table 5 variants (``loss``): "pcl" (Eq. 10), "ce" (cross-entropy with the linear head),
 "ce_protodist" (CE + lambda * ||z - C_bar^(y)||^2, FedProto's regulariser), "supcon" (supervised
-contrastive loss among the samples of the batch, Khosla et al. 2020).
+contrastive loss among the samples of the batch, Khosla et al. 2020). A reading check: "pcl_infonce" is
+Eq. 10 with the positive prototype also in the denominators of Eq. 8-9 (the InfoNCE form), which bounds
+each term below by 0; as printed, a term can fall to about -2/tau.
 """
 from dataclasses import dataclass
 
@@ -31,7 +33,7 @@ from fedlib.losses import cross_entropy, prototype_contrastive, prototype_mse, s
 from fedlib.methods.base import Hyper, PrototypeSharing, positive
 from fedlib.prototypes import batch_class_means, pad_prototypes
 
-LOSSES = ("pcl", "ce", "ce_protodist", "supcon")
+LOSSES = ("pcl", "ce", "ce_protodist", "supcon", "pcl_infonce")
 
 
 @dataclass
@@ -48,7 +50,7 @@ class PclHyper(Hyper):
         positive(self.noise, "noise", allow_zero=True)
         if self.loss not in LOSSES:
             raise ConfigError("hyper.loss", self.loss, f"one of {', '.join(LOSSES)}")
-        if self.loss == "pcl" and not (self.use_global or self.use_local):
+        if self.loss in ("pcl", "pcl_infonce") and not (self.use_global or self.use_local):
             raise ConfigError("hyper.use_global/use_local", (self.use_global, self.use_local), "at least one True")
 
 
@@ -85,11 +87,11 @@ class FedPCL(PrototypeSharing):
         if glob is None:  # first round: the batch's own class means stand in for prototypes
             means, _ = batch_class_means(z.detach(), batch.y, ctx.num_classes, sample_weight(batch))
             glob, sets = means, means.unsqueeze(0)
-        loss = _zero_like(z)
+        loss, infonce = _zero_like(z), hp.loss == "pcl_infonce"
         if hp.use_global:
-            loss = loss + prototype_contrastive(z, batch, glob, hp.tau)                            # Eq. 8
+            loss = loss + prototype_contrastive(z, batch, glob, hp.tau, infonce)                   # Eq. 8
         if hp.use_local:
-            loss = loss + prototype_contrastive(z, batch, sets, hp.tau)                            # Eq. 9
+            loss = loss + prototype_contrastive(z, batch, sets, hp.tau, infonce)                   # Eq. 9
         return loss
 
     def upload(self, ctx, models, result):
