@@ -20,11 +20,11 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from round_speed import cpu_peak, gpu_peak  # noqa: E402
+from round_speed import cpu_peak, gpu_peak
 
-from fedlib.engine.lockstep import Lockstep  # noqa: E402
-from fedlib.experiment import build, load_data, lockstep_key  # noqa: E402
-from fedlib.studies import fedgpa  # noqa: E402
+from fedlib.engine.executors import Cohort, train_cohorts
+from fedlib.experiment import build, load_data, lockstep_key
+from fedlib.studies import fedgpa
 
 
 def flops_per_sample(cfg, data) -> float:
@@ -90,13 +90,16 @@ def measure(mode: str, configs: list, rounds: int, device: str) -> tuple[float, 
 
     feds = [build(dataclasses.replace(c, executor="sequential" if mode == "sequential" else "batched"),
                   executor=None if mode == "sequential" else executor, data=data, method=method) for c in configs]
-    step = Lockstep(feds, shared["batched"]).step if mode == "lockstep" else None
     times = []
     for t in range(rounds + 1):   # round 0 warms up (allocator, kernels)
         sync(device)
         start = time.perf_counter()
-        if step is not None:
-            step()
+        if mode == "lockstep":   # Lockstep.step without its end_round (evaluation, checkpoint), as in the others
+            cohorts = [Cohort(f.method, f.setup, f.trainer, f.open_round(t)) for f in feds]
+            for fed, outcome in zip(feds, train_cohorts(shared["batched"], cohorts)):
+                if isinstance(outcome, BaseException):
+                    raise outcome
+                fed.close_round(outcome)
         else:
             for fed in feds:
                 fed.close_round(fed.executor.run(fed.method, fed.open_round(t)))
@@ -157,10 +160,15 @@ def main():
     peak, peak_how = gpu_peak(args.device) if cuda else cpu_peak()
     probe = group_configs(1, epochs, args.device)
     per_sample = flops_per_sample(probe[0], load_data(probe[0]))
-    print(f"device {args.device} ({torch.cuda.get_device_name(args.device) if cuda else os.cpu_count()}), torch "
-          f"{torch.__version__}, {torch.get_num_threads()} threads; FedGPA paper configuration (FMNIST, cnn2, 20 clients, "
-          f"E = {epochs}, batch 50): {per_sample / 1e6:.2f} MFLOP per training sample; peak {rate(peak)} ({peak_how})")
-    plan = [(m, 1) for m in args.modes if m != "lockstep"] + [("lockstep", g) for g in groups if "lockstep" in args.modes]
+    print(
+        f"device {args.device} ({torch.cuda.get_device_name(args.device) if cuda else os.cpu_count()}), torch "
+        f"{torch.__version__}, {torch.get_num_threads()} threads; "
+        f"FedGPA paper configuration (FMNIST, cnn2, 20 clients, "
+        f"E = {epochs}, batch 50): {per_sample / 1e6:.2f} MFLOP per training sample; peak {rate(peak)} ({peak_how})"
+    )
+    plan = [(m, 1) for m in args.modes if m != "lockstep"] + [
+        ("lockstep", g) for g in groups if "lockstep" in args.modes
+    ]
     reference, best = None, 0.0
     eval_s = None
     for mode, n in plan:
