@@ -4,7 +4,7 @@ PY := .venv/bin/python
 STAMP := .venv/.fedlib-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup data book test bench reproduce clean-cache
+.PHONY: setup data book test test-fast lint bench reproduce clean-cache
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || python3 -m venv .venv
@@ -26,9 +26,16 @@ setup: $(STAMP) data
 book: setup  ## execute every notebook configuration of book/experiments.yml and build the HTML book
 	$(PY) -m fedlib book
 
-test: setup  ## unit tests + nbval on the committed ci-scale notebooks
+lint: setup  ## ruff and mypy (configured in pyproject.toml)
+	$(PY) -m ruff check fedlib tests benchmarks
+	$(PY) -m mypy
+
+test: lint  ## lint, unit tests, nbval on the committed ci-scale notebooks
 	TQDM_DISABLE=1 $(PY) -m pytest tests
 	TQDM_DISABLE=1 $(PY) -m pytest --nbval-lax --nbval-sanitize-with book/sanitize.cfg -p no:cacheprovider notebooks
+
+test-fast: setup  ## the unit tests not marked slow (about a minute)
+	TQDM_DISABLE=1 $(PY) -m pytest tests -m "not slow"
 
 bench: setup  ## round-engine speed on the standing benchmark (FedAvg, MNIST, 20 clients)
 	$(PY) benchmarks/round_speed.py

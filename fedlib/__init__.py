@@ -2,4 +2,4 @@
 
 __version__ = "0.1.0"
 
-from fedlib.errors import ConfigError, DataNotFoundError, TrainingDiverged  # noqa: E402,F401
+from fedlib.errors import ConfigError, DataNotFoundError, TrainingDiverged  # noqa: F401

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 import torch
@@ -18,12 +18,14 @@ def select(params: Params, parts: Iterable[str]) -> dict[str, torch.Tensor]:
 
 def weighted_average(dicts: list[Params], weights) -> dict[str, torch.Tensor]:
     """sum_j w_j * dict_j / sum_j w_j, key by key (integer buffers are averaged then rounded)."""
-    w = torch.as_tensor(np.asarray(weights, dtype=np.float64))
-    w = (w / w.sum()).tolist()
+    total = torch.as_tensor(np.asarray(weights, dtype=np.float64))
+    w = (total / total.sum()).tolist()
     out = {}
     for key in dicts[0]:
         acc = sum(wj * d[key].double() for wj, d in zip(w, dicts))
-        out[key] = acc.to(dicts[0][key].dtype) if dicts[0][key].is_floating_point() else acc.round().to(dicts[0][key].dtype)
+        out[key] = (
+            acc.to(dicts[0][key].dtype) if dicts[0][key].is_floating_point() else acc.round().to(dicts[0][key].dtype)
+        )
     return out
 
 

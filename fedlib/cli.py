@@ -52,9 +52,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--hp", nargs="*", default=[], metavar="k=v", help="method hyperparameters")
     run.add_argument("--set", nargs="*", default=[], metavar="k=v", help="any other config field (lr, rounds, ...)")
     run.add_argument("--device", default="cpu")
-    run.add_argument("--executor", default="sequential",
-                     help="sequential | process | batched: how a round's clients train: one after another (reference), in CPU worker processes, "
-                          "or together with torch.func on one device")
+    run.add_argument(
+        "--executor",
+        default="sequential",
+        help="sequential | process | batched: how a round's clients train: one after another (reference), "
+        "in CPU worker processes, "
+        "or together with torch.func on one device",
+    )
     run.add_argument("--workers", type=int, default=None, help="worker processes of --executor process")
     run.add_argument("--engine", default="inprocess",
                      help="inprocess | flower: clients trained by this process, or on Flower nodes of a simulation "
@@ -67,12 +71,18 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("chapter", help="a chapter with paper_tables() in fedlib/studies (e.g. fedgpa)")
     rec.add_argument("--device", default="auto", help="cuda | cpu | auto (cuda when visible)")
     rec.add_argument("--executor", default="auto", help="sequential | process | batched | auto (batched on a GPU)")
-    rec.add_argument("--workers", type=int, default=1,
-                     help="processes at once, each a run-batched group (batched) or one run (several share one GPU well)")
+    rec.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes at once, each a run-batched group (batched) or one run (several share one GPU well)",
+    )
     rec.add_argument("--max-runs", type=int, default=None,
                      help="at most this many runs in one batched step (default: every run that can share it)")
     rec.add_argument("--deadline", type=float, default=None, help="seconds: start no run that would end later")
-    rec.add_argument("--seeds", nargs="+", type=int, default=None, help="these seeds in every table (default: the paper's)")
+    rec.add_argument(
+        "--seeds", nargs="+", type=int, default=None, help="these seeds in every table (default: the paper's)"
+    )
     rec.add_argument("--tables", nargs="+", default=None, help="only these tables (default: all, the headline first)")
     sub.add_parser("list", help="methods, datasets, partitions, models and scales with their parameters")
     book = sub.add_parser("book", help="execute the notebooks of the manifest with papermill, then build the book")
@@ -97,7 +107,9 @@ def cmd_list() -> None:
         print(f"  {name:10s} {cls.paper:38s} hyper: {hp}")
     print("datasets:")
     for name, src in SOURCES.items():
-        print(f"  {name:10s} {src.num_classes:4d} classes  {'offline' if src.offline else 'online (torchvision files)'}")
+        print(
+            f"  {name:10s} {src.num_classes:4d} classes  {'offline' if src.offline else 'online (torchvision files)'}"
+        )
     print("partitions:")
     for name, p in PARTITIONERS.items():
         params = ", ".join(f"{k}: {v}" for k, v in p.params.items()) or "-"
@@ -209,7 +221,6 @@ def cmd_records(args) -> int:
     import math
 
     from fedlib.errors import check
-
     from fedlib.studies.common import paper_grid, record_grid, set_runtime
 
     try:
@@ -226,8 +237,11 @@ def cmd_records(args) -> int:
     summary = record_grid(paper_grid(study.paper_tables(), args.seeds, args.tables), args.chapter, workers=args.workers,
                           deadline_s=args.deadline, device=runtime["device"], executor=runtime["executor"],
                           max_runs=args.max_runs)
-    print(f"{args.chapter}: {summary['done']} recorded, {summary['failed']} failed, {summary['skipped']} already there, {summary['left']} left "
-          f"({summary['wall_s']:.0f} s)")
+    print(
+        f"{args.chapter}: {summary['done']} recorded, {summary['failed']} failed, {summary['skipped']} already there, "
+        f"{summary['left']} left "
+        f"({summary['wall_s']:.0f} s)"
+    )
     return 1 if summary["failed"] else 0
 
 

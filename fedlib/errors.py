@@ -20,7 +20,7 @@ class TrainingDiverged(RuntimeError):
     """A non-finite loss stopped the run; the checkpoint of the last finished round is kept."""
 
 
-def check(condition: bool, field: str, value, allowed: str) -> None:
+def check(condition: object, field: str, value, allowed: str) -> None:
     if not condition:
         raise ConfigError(field, value, allowed)
 

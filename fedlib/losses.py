@@ -42,7 +42,8 @@ def _zero(z: torch.Tensor) -> torch.Tensor:
 
 def _keep(batch, y: torch.Tensor, present: torch.Tensor | None, dtype) -> torch.Tensor:
     """Per-sample weight of a prototype term: real samples whose class has a prototype."""
-    keep = torch.ones(y.shape, dtype=dtype, device=y.device) if sample_weight(batch) is None else sample_weight(batch)
+    weight = sample_weight(batch)
+    keep = torch.ones(y.shape, dtype=dtype, device=y.device) if weight is None else weight
     return keep if present is None else keep * present[y].to(dtype)
 
 

@@ -50,4 +50,4 @@ def summarize(per_client: list[np.ndarray]) -> dict[str, float]:
     return {"acc": float(np.mean(accs)), "acc_std_clients": float(np.std(accs)),
             "f1": float(np.mean([macro_f1(C) for C in per_client])),
             "i_local": float(np.mean([i_local(C) for C in per_client])),
-            "acc_pooled": accuracy(sum(per_client))}
+            "acc_pooled": accuracy(np.sum(per_client, axis=0))}

@@ -22,8 +22,20 @@ from pathlib import Path
 from fedlib.experiment import Config, build
 
 RESULTS = Path(os.environ.get("FEDLIB_RESULTS", Path(__file__).resolve().parents[1] / "results"))
-KEEP = ("config", "key", "seed", "code_version", "device", "executor", "runs_batched", "wall_time_s", "finished_at", "resumed",
-        "train_counts", "final_confusions")
+KEEP = (
+    "config",
+    "key",
+    "seed",
+    "code_version",
+    "device",
+    "executor",
+    "runs_batched",
+    "wall_time_s",
+    "finished_at",
+    "resumed",
+    "train_counts",
+    "final_confusions",
+)
 
 
 def slim(record: dict) -> dict:

@@ -42,7 +42,9 @@ def test_fedpac_weights_match_an_independent_qp():
     h = p[:, :, None] * protos.numpy()
     for i in range(m):
         # bias ||h_i - sum_j a_j h_j||^2 + variance sum_j a_j^2 v_j, written independently of FedPAC's D_i
-        obj = lambda a: ((h[i] - np.tensordot(a, h, 1)) ** 2).sum() + (a ** 2 * var.numpy()).sum()  # noqa: E731
+        def obj(a, i=i):
+            return ((h[i] - np.tensordot(a, h, 1)) ** 2).sum() + (a ** 2 * var.numpy()).sum()
+
         ref = slsqp_simplex(obj, m)
         assert np.isclose(obj(A[i]), obj(ref), rtol=1e-3, atol=1e-5), (i, A[i], ref)
         assert np.isclose(A[i].sum(), 1) and (A[i] >= 0).all()
@@ -141,7 +143,11 @@ def test_losses_without_positives_or_prototypes_still_backpropagate():
     z = torch.randn(3, 4, requires_grad=True)
     y = torch.tensor([0, 1, 2])  # no two samples share a label
     batch = Batch(None, y)
-    for loss in (supervised_contrastive(z, batch, 0.1), prototype_mse(z, batch, None), prototype_distance(z, batch, None)):
+    for loss in (
+        supervised_contrastive(z, batch, 0.1),
+        prototype_mse(z, batch, None),
+        prototype_distance(z, batch, None),
+    ):
         assert float(loss.detach()) == 0.0
         loss.backward()
 
@@ -171,7 +177,10 @@ def test_batched_simplex_qp_matches_cvxpy_reference():
             ref = simplex_qp(q, zero_below=0)
             assert np.isclose(a.sum(), 1) and (a >= 0).all()
             assert objective(q, a) <= objective(q, ref) * (1 + 1e-6) + 1e-15
-    assert np.abs(simplex_qp_batch(strong, zero_below=0) - np.stack([simplex_qp(q, zero_below=0) for q in strong])).max() < 1e-4
+    assert (
+        np.abs(simplex_qp_batch(strong, zero_below=0) - np.stack([simplex_qp(q, zero_below=0) for q in strong])).max()
+        < 1e-4
+    )
     for q, a in zip(diagonal, simplex_qp_batch(diagonal, zero_below=0)):
         d = np.diag(q)
         assert np.allclose(a, (1 / d) / (1 / d).sum(), atol=1e-9)

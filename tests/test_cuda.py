@@ -4,11 +4,10 @@ Skipped where no GPU is visible (CI has none); run on a GPU machine with
 import numpy as np
 import pytest
 import torch
+from test_engine import DIGITS, NEEDS
 
 from fedlib.experiment import make_config, run
 from fedlib.methods import METHODS
-
-from test_engine import DIGITS, NEEDS
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 

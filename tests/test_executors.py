@@ -55,6 +55,7 @@ def max_difference(a, b) -> float:
     return 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", REQUIRED + ["fedpac", "moon", "ditto", "fedrep", "lg_fedavg"])
 def test_batched_executor_matches_sequential(method):
     for overhead in (0.0, 1e6):  # one bucket per step count / one bucket with masked clients
@@ -67,6 +68,7 @@ def test_batched_executor_matches_sequential(method):
                 assert abs(a.result.loss - b.result.loss) < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", REQUIRED)
 def test_process_executor_is_bitwise_sequential_with_one_thread(method, one_thread):
     rounds, _ = compare_rounds(method, "process", workers=2)
@@ -86,6 +88,7 @@ def test_fedpcl_on_features_batched_matches_sequential():
             assert max_difference(a.model, b.model) < 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["pfedme", "perfedavg"])
 def test_methods_with_their_own_step_fall_back_bitwise(method):
     rounds, _ = compare_rounds(method, "batched")
@@ -94,6 +97,7 @@ def test_methods_with_their_own_step_fall_back_bitwise(method):
             assert max_difference(a.model, b.model) == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("executor", ["batched", "process"])
 def test_whole_runs_agree_across_executors(executor):
     cfg = make_config(method="fedavg_ft", **{**DIGITS, "fraction": 0.5, "rounds": 3})
@@ -111,6 +115,7 @@ def test_divergence_in_a_worker_is_reported_as_in_process():
         run(cfg, cache_dir=None, progress=False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", [m for m in METHODS])
 def test_local_losses_ignore_zero_weight_padding(method):
     """Every phase loss of every method gives the same value on a batch and on that batch padded

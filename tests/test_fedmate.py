@@ -13,8 +13,15 @@ from fedlib.engine.client import local_update
 from fedlib.engine.core import Server
 from fedlib.experiment import build, make_config, run
 from fedlib.methods.fedfa import anchor_loss
-from fedlib.methods.fedmate import (FedMate, cft_period, discriminate, discriminator_loss, generator_loss, js,
-                                    mps_weights)
+from fedlib.methods.fedmate import (
+    FedMate,
+    cft_period,
+    discriminate,
+    discriminator_loss,
+    generator_loss,
+    js,
+    mps_weights,
+)
 
 DIGITS = dict(dataset="digits", partition={"name": "skew", "s": 20, "n": 60, "k": 3}, num_clients=6, rounds=2,
               local_epochs=1, batch_size=20, lr=0.05)
@@ -89,7 +96,9 @@ def test_cft_schedule_skips_every_period_th_round():
 def test_fedmate_round_keeps_the_local_head_and_skips_adversarial_terms_at_round_0():
     fed = build(make_config(method="fedmate", **DIGITS))
     task = fed.task(fed.clients[0], 0)
-    assert task.received["protos"] is None and set(task.received["params"]) == {k for k in task.model if k.startswith("body")}
+    assert task.received["protos"] is None and set(task.received["params"]) == {
+        k for k in task.model if k.startswith("body")
+    }
     result = local_update(fed.method, task, fed.setup, fed.trainer)
     assert "head" in result.upload and result.upload["params"]               # extractor uploaded (no CFT skip)
     d0 = {k: v.clone() for k, v in result.state["dpr"].items()}

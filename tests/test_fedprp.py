@@ -13,7 +13,7 @@ from fedlib.experiment import build, make_config, run
 from fedlib.methods.apfl import ALPHA, V, mixed
 from fedlib.methods.creff import class_gradients, gradient_distance
 from fedlib.methods.fedic import gated_ensemble
-from fedlib.methods.fedprp import (FedPRP, consistency_loss, discrimination_loss, moving_average)
+from fedlib.methods.fedprp import FedPRP, consistency_loss, discrimination_loss, moving_average
 from fedlib.methods.fedrod import P_BIAS, P_WEIGHT
 
 DIGITS = dict(dataset="digits", partition={"name": "shards", "s": 3, "imbalance": 0.5}, num_clients=4, rounds=2,
@@ -43,8 +43,10 @@ def test_eq5_and_eq8_server_averages_are_uniform_not_count_weighted():
                1: {"params": {"body.w": torch.tensor([4.0, 6.0])}, "protos": torch.tensor([[3.0], [8.0]]),
                    "counts": torch.tensor([1, 5])}}
     method.aggregate(server, uploads)
-    assert torch.allclose(server.state["global"]["body.w"], torch.tensor([2.0, 4.0]))   # (0 + 4) / 2, not by size
-    assert torch.allclose(server.state["protos"], torch.tensor([[2.0], [8.0]]))         # (1 + 3) / 2; only client 1 holds class 1
+    assert torch.allclose(server.state["global"]["body.w"], torch.tensor([2.0, 4.0]))  # (0 + 4) / 2, not by size
+    assert torch.allclose(
+        server.state["protos"], torch.tensor([[2.0], [8.0]])
+    )  # (1 + 3) / 2; only client 1 holds class 1
 
 
 def test_eq9_discrimination_loss_by_hand():
@@ -54,9 +56,9 @@ def test_eq9_discrimination_loss_by_hand():
     eps = torch.tensor([0.5, 0.0])
     tau = 1.0
     d = torch.cdist(anchors, z)
-    l = -d - eps[:, None] * (y[None, :] == torch.arange(2)[:, None]).float()
-    lse = torch.logsumexp(l / tau, 1)
-    per_class = [np.mean([-(l[c, i] / tau) + lse[c] for i in range(4) if y[i] == c]) for c in range(2)]
+    logit = -d - eps[:, None] * (y[None, :] == torch.arange(2)[:, None]).float()
+    lse = torch.logsumexp(logit / tau, 1)
+    per_class = [np.mean([-(logit[c, i] / tau) + lse[c] for i in range(4) if y[i] == c]) for c in range(2)]
     expected = float(np.mean(per_class))
     got = float(discrimination_loss(z, Batch(z, y), anchors, eps, tau))
     assert math.isclose(got, expected, rel_tol=1e-5)
@@ -162,7 +164,9 @@ def test_fedrod_balanced_softmax_and_personal_head_gradients():
     local = fed.method.receive(ctx)["local"]
     assert torch.equal(local[P_WEIGHT], torch.zeros_like(local["head.weight"]))
     z = torch.randn(4, local["head.weight"].shape[1], requires_grad=True)
-    params = {k: (v.clone().requires_grad_(True) if k in ("head.weight", P_WEIGHT, P_BIAS) else v) for k, v in local.items()}
+    params = {
+        k: (v.clone().requires_grad_(True) if k in ("head.weight", P_WEIGHT, P_BIAS) else v) for k, v in local.items()
+    }
     logits = F.linear(z, params["head.weight"], params["head.bias"])
     y = torch.tensor([0, 1, 2, 2])
     loss = fed.method.local_loss(Out(z, logits), Batch(None, y), params, ctx)

@@ -19,6 +19,8 @@ from fedlib.experiment import make_config, run, validate  # noqa: E402
 from fedlib.flower import ClientFailed, simulate  # noqa: E402
 from fedlib.flower.codec import UnsendableValue, from_records, to_records  # noqa: E402
 
+pytestmark = pytest.mark.slow   # Ray clusters: tens of seconds each
+
 # Flower's clients train with one thread each, the in-process engine with the process's threads: float
 # sums may differ in the last bits, nothing more.
 TOLERANCE = 1e-5

@@ -46,6 +46,7 @@ def same_history(solo: dict, batched: dict, exact: bool) -> None:
                 assert abs(b[key] - value) <= tol, (a["round"], key, value, b[key])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["fedavg", "fedprox", "scaffold", "fedproto", "fedpac", "fedgpa", "fedprp",
                                     "fedmate", "pfedcspc"])
 def test_run_batched_records_equal_solo_records(method, tmp_path):

@@ -14,7 +14,11 @@ def test_summaries_round_trip_and_verdicts_are_counted(tmp_path, monkeypatch):
     (tmp_path / "summaries" / "fedpcl-book.json").write_text("{broken")   # unreadable: treated as not run
     found = overview.summaries("book")
     assert set(found) == {"fedgpa"}
-    assert found["fedgpa"]["headline"] == {"title": "Table 2", "rows": rows, "provenance": ""}   # the second save kept the first's part
+    assert found["fedgpa"]["headline"] == {
+        "title": "Table 2",
+        "rows": rows,
+        "provenance": "",
+    }  # the second save kept the first's part
     assert overview.verdict_counts(found["fedgpa"]) == {"hold": 2, "do not hold": 1, "not checked": 1}
     table = overview.chapters_table(found, "book")
     assert list(table["chapter"]) == list(overview.CHAPTERS.values())

@@ -1,8 +1,17 @@
 import numpy as np
 import pytest
 
-from fedlib.data.partition import (class_counts, dirichlet, fedgpa_setting, iid, local_test_indices, long_tail,
-                                   partition, shards, skew)
+from fedlib.data.partition import (
+    class_counts,
+    dirichlet,
+    fedgpa_setting,
+    iid,
+    local_test_indices,
+    long_tail,
+    partition,
+    shards,
+    skew,
+)
 from fedlib.errors import ConfigError
 
 LABELS = np.repeat(np.arange(10), 600)  # 6000 samples, balanced

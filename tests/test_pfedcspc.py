@@ -8,7 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedlib.engine.core import Batch, Out, Server
+from fedlib.engine.core import Batch, Out
 from fedlib.errors import ConfigError
 from fedlib.experiment import make_config, run
 from fedlib.losses import angle_alignment, edge_alignment, prototype_infonce, weighted_supcon

@@ -25,6 +25,7 @@ def per_chapter(paths, n=1):
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", per_chapter(COMMITTED), ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_committed_records_replay_on_cpu(path):
     """The first 2 rounds of a committed record, re-run on this CPU, match what was recorded within
@@ -72,7 +73,10 @@ def test_stale_records_are_detected_and_not_served_as_current(stored, monkeypatc
     [entry] = results.load("demo", root)
     assert entry.stale and "changed" in entry.reason
     grid = stored_grid("demo", {"cell": [cfg], "other": [dataclasses.replace(cfg, seed=3)]}, root=root)
-    assert grid == {"cell": {"records": [], "stale": 1, "missing": 0}, "other": {"records": [], "stale": 0, "missing": 1}}
+    assert grid == {
+        "cell": {"records": [], "stale": 1, "missing": 0},
+        "other": {"records": [], "stale": 0, "missing": 1},
+    }
 
 
 def test_records_whose_config_no_longer_loads_are_stale(stored):
@@ -146,6 +150,7 @@ def test_fedpcl_claims_against_hand_made_results():
     assert "best at 1 of 2 values of alpha (0.5)" in claims[3].ours
 
 
+@pytest.mark.slow
 def test_record_grid_writes_each_record_once_and_goes_on_after_a_failure(tmp_path):
     from fedlib.studies.common import record_grid
 
@@ -174,6 +179,7 @@ def test_record_grid_starts_nothing_past_its_deadline(tmp_path):
     assert not (tmp_path / "demo").exists() or not list((tmp_path / "demo").glob("*.json"))
 
 
+@pytest.mark.slow
 def test_records_resume_a_killed_run_batched_group_to_the_uninterrupted_records(tmp_path, monkeypatch, one_thread):
     """A group killed inside its second round keeps its first round in checkpoints; ``record_grid`` (what
     ``python -m fedlib records`` runs, its workers with one thread) resumes it and writes the records an
@@ -217,4 +223,6 @@ def test_fedgpa_paper_grid_is_complete_unique_and_ordered_by_need():
     table = [c for c in grid if not c.hyper]
     assert len(table) >= 10 * 3 * 2 * 3  # Table 2/4/5: methods x settings x s x seeds (+ the sweep's default mu)
     first = grid[:60]  # one seed of every table cell comes first
-    assert {c.seed for c in first} == {0} and len({(c.method, json.dumps(c.partition, sort_keys=True)) for c in first}) == 60
+    assert {c.seed for c in first} == {0} and len(
+        {(c.method, json.dumps(c.partition, sort_keys=True)) for c in first}
+    ) == 60

@@ -30,8 +30,16 @@ def test_provenance_states_scale_data_model_test_seeds_spread_code_device_and_ti
 
 
 def test_numbers_share_one_format_and_the_index_becomes_a_column():
-    df = pd.DataFrame({"ours": ["70.00 ± 1.00", "61.50"], "paper": [86.7, 71.0], "uploaded": [12345, 7],
-                       "ok": [True, False], "gap": [float("nan"), -1.234]}, index=pd.Index(["FedAvg", "FedGPA"], name="method"))
+    df = pd.DataFrame(
+        {
+            "ours": ["70.00 ± 1.00", "61.50"],
+            "paper": [86.7, 71.0],
+            "uploaded": [12345, 7],
+            "ok": [True, False],
+            "gap": [float("nan"), -1.234],
+        },
+        index=pd.Index(["FedAvg", "FedGPA"], name="method"),
+    )
     table = ResultsTable(df, max_columns=10)
     assert table.df.to_dict("records") == [
         {"method": "FedAvg", "ours": "70.00 ± 1.00", "paper": "86.70", "uploaded": "12,345", "ok": "yes", "gap": "-"},
@@ -62,8 +70,9 @@ def test_stored_grid_report_counts_cells_and_names_where_records_were_made(capsy
 
     a = {**record(0, wall=7200.0, device="cuda (H100)"), "executor": "batched", "finished_at": "2026-11-20 10:00:00"}
     b = {**record(1, wall=3600.0, device="cuda (H100)"), "executor": "batched", "finished_at": "2026-11-21 09:00:00"}
-    found = report_stored({"x": {"records": [a, b], "stale": 1, "missing": 0}, "y": {"records": [], "stale": 0, "missing": 3}},
-                          "grid")
+    found = report_stored(
+        {"x": {"records": [a, b], "stale": 1, "missing": 0}, "y": {"records": [], "stale": 0, "missing": 3}}, "grid"
+    )
     out = capsys.readouterr().out.splitlines()
     assert found == [a, b]
     assert out[0] == "committed paper-scale records (grid): 2 current, 1 stale, 3 missing of 6"

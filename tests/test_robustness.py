@@ -134,6 +134,7 @@ def _run_in_child(cache, queue):
     queue.put(record["finished_at"] + "|" + str(record["session_wall_s"]))
 
 
+@pytest.mark.slow
 def test_two_identical_runs_sharing_a_cache_train_once(tmp_path):
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
@@ -208,6 +209,7 @@ def test_impossible_dirichlet_says_raise_alpha_or_lower_the_client_count():
         dirichlet(labels, 19, np.random.default_rng(0), alpha=0.01, min_size=10, max_tries=5)
 
 
+@pytest.mark.slow
 def test_checkpoints_of_1000_clients_rewrite_only_the_clients_that_trained(tmp_path):
     cfg = make_config(method="fedavg", dataset="digits", partition={"name": "iid"}, num_clients=1000, rounds=3,
                       local_epochs=1, batch_size=32, lr=0.05, fraction=0.01, eval_every=3)

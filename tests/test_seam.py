@@ -100,8 +100,12 @@ def test_ditto_personal_model_starts_from_the_initial_model():
 
 
 def test_metric_sets_from_the_final_confusions():
-    cfg = make_config(method="fedrep", metrics=["class_groups", "fedprp", "generalization"],
-                      eval_personal_global=True, **{**DIGITS, "partition": {"name": "shards", "s": 3, "imbalance": 0.2}})
+    cfg = make_config(
+        method="fedrep",
+        metrics=["class_groups", "fedprp", "generalization"],
+        eval_personal_global=True,
+        **{**DIGITS, "partition": {"name": "shards", "s": 3, "imbalance": 0.2}},
+    )
     with pytest.raises(ConfigError, match="metrics"):
         validate(dataclasses.replace(cfg, metrics=["nope"]))
     record = run(cfg, cache_dir=None, progress=False)

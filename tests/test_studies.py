@@ -19,7 +19,11 @@ def fake(seed, values, metric="personal_local_acc", rounds=(2, 4)):
 def test_run_grid_keeps_cells_and_seed_order_and_trains_a_shared_config_once(tmp_path):
     cfg = make_config(method="fedavg", dataset="digits", num_clients=3, rounds=1, partition={"name": "iid"})
     other = make_config(method="local", dataset="digits", num_clients=3, rounds=1, partition={"name": "iid"})
-    grid = {"a": [dataclasses.replace(cfg, seed=1), dataclasses.replace(cfg, seed=0)], "b": [other], "again": [dataclasses.replace(cfg, seed=1)]}
+    grid = {
+        "a": [dataclasses.replace(cfg, seed=1), dataclasses.replace(cfg, seed=0)],
+        "b": [other],
+        "again": [dataclasses.replace(cfg, seed=1)],
+    }
     runs = run_grid(grid, progress=False, workers=1, cache_dir=tmp_path)
     assert list(runs) == ["a", "b", "again"]
     assert [r["seed"] for r in runs["a"]] == [1, 0]

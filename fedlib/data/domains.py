@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedlib.data.sources import Dataset, SOURCES
+from fedlib.data.sources import SOURCES, Dataset, register_composite
 from fedlib.errors import ConfigError, DataNotFoundError
 
 DOMAINS = ("mnist", "digits", "mnistm", "synth")
@@ -35,8 +35,8 @@ FONT_PACKAGES = "fonts-dejavu-core fonts-liberation2 fonts-freefont-ttf fonts-ur
 
 def photographs() -> list[np.ndarray]:
     """Real colour photographs that ship with scikit-image and scikit-learn (uint8, H x W x 3)."""
-    from sklearn.datasets import load_sample_images
     import skimage.data as skd
+    from sklearn.datasets import load_sample_images
 
     photos = list(load_sample_images().images)
     for name in ("astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field", "immunohistochemistry", "retina"):
@@ -73,7 +73,9 @@ def mnistm(gray: np.ndarray, rng: np.random.Generator, photos: list[np.ndarray])
     return out
 
 
-def synth_digits(labels: np.ndarray, rng: np.random.Generator, photos: list[np.ndarray], fonts: list[Path]) -> np.ndarray:
+def synth_digits(
+    labels: np.ndarray, rng: np.random.Generator, photos: list[np.ndarray], fonts: list[Path]
+) -> np.ndarray:
     from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
     out = np.empty((len(labels), 3, 32, 32), dtype=np.float32)
@@ -103,9 +105,11 @@ def synth_digits(labels: np.ndarray, rng: np.random.Generator, photos: list[np.n
         w, h = box[2] - box[0], box[3] - box[1]
         draw.text((size - w // 2 - box[0] + rng.integers(-4, 5), (size - h) // 2 - box[1] + rng.integers(-4, 5)),
                   text, fill=255, font=font)
-        layer = layer.rotate(float(rng.uniform(-15, 15)), resample=Image.BILINEAR).crop((size // 2, 0, size // 2 + size, size))
+        layer = layer.rotate(float(rng.uniform(-15, 15)), resample=Image.Resampling.BILINEAR).crop(
+            (size // 2, 0, size // 2 + size, size)
+        )
         canvas.paste(Image.new("RGB", (size, size), tuple(int(v) for v in np.clip(fg, 0, 255))), (0, 0), layer)
-        img = np.asarray(canvas.resize((32, 32), Image.BILINEAR), dtype=np.float32) / 255.0
+        img = np.asarray(canvas.resize((32, 32), Image.Resampling.BILINEAR), dtype=np.float32) / 255.0
         img = np.clip(img + rng.normal(0, 0.03, img.shape), 0, 1)
         out[i] = img.transpose(2, 0, 1)
     return out
@@ -132,10 +136,10 @@ def digit_domains(n_train: int = 1000, n_test: int = 500, seed: int = 0) -> Data
     photos, fonts = photographs(), font_files()
     mn_tr_x, mn_tr_y, mn_te_x, mn_te_y = SOURCES["mnist"].loader(None, False)
     dg_tr_x, dg_tr_y, dg_te_x, dg_te_y = SOURCES["digits"].loader(None, False)
-    xs = {"train": [], "test": []}
-    ys = {"train": [], "test": []}
-    ds = {"train": [], "test": []}
-    used = {"train": None, "test": None}
+    xs: dict[str, list[torch.Tensor]] = {"train": [], "test": []}
+    ys: dict[str, list[torch.Tensor]] = {"train": [], "test": []}
+    ds: dict[str, list[torch.Tensor]] = {"train": [], "test": []}
+    used: dict[str, np.ndarray | None] = {"train": None, "test": None}
     for d, name in enumerate(DOMAINS):
         for split, n, (mx, my), (gx, gy) in (("train", n_train, (mn_tr_x, mn_tr_y), (dg_tr_x, dg_tr_y)),
                                              ("test", n_test, (mn_te_x, mn_te_y), (dg_te_x, dg_te_y))):
@@ -158,3 +162,6 @@ def digit_domains(n_train: int = 1000, n_test: int = 500, seed: int = 0) -> Data
     cat = lambda key, parts: torch.cat(parts[key])  # noqa: E731
     return Dataset("digit4", cat("train", xs), cat("train", ys), cat("test", xs), cat("test", ys), 10,
                    train_domain=cat("train", ds), test_domain=cat("test", ds), domain_names=DOMAINS)
+
+
+register_composite("digit4", digit_domains)

@@ -51,7 +51,9 @@ def own_class_test_indices(test_labels: np.ndarray, train_counts: np.ndarray, se
     for c in range(train_counts.shape[1]):
         holders = np.flatnonzero(train_counts[:, c] > 0)
         if len(holders):
-            for i, share in zip(holders, np.array_split(rng.permutation(np.flatnonzero(test_labels == c)), len(holders))):
+            for i, share in zip(
+                holders, np.array_split(rng.permutation(np.flatnonzero(test_labels == c)), len(holders))
+            ):
                 parts[i].append(share)
     return [np.sort(np.concatenate(p)).astype(np.int64) if p else np.zeros(0, dtype=np.int64) for p in parts]
 

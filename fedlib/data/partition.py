@@ -5,8 +5,8 @@ never loops forever, and never gives one training sample to two clients.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -15,9 +15,10 @@ from fedlib.errors import ConfigError, check, check_arguments, check_type
 
 def _as_choices(value, name: str) -> list[int]:
     values = [value] if np.isscalar(value) else list(value)
-    check(len(values) > 0 and all(int(v) == v and v > 0 for v in values), name, value,
+    numbers = [v for v in values if isinstance(v, (int, float, np.integer, np.floating))]
+    check(len(values) > 0 and len(numbers) == len(values) and all(int(v) == v and v > 0 for v in numbers), name, value,
           "a positive integer or a non-empty list of positive integers to draw from")
-    return [int(v) for v in values]
+    return [int(v) for v in numbers]
 
 
 def _split_evenly(total: int, parts: int, rng: np.random.Generator) -> np.ndarray:
@@ -193,23 +194,44 @@ class Partitioner:
 
 PARTITIONERS: dict[str, Partitioner] = {
     "iid": Partitioner("iid", iid, {}, "uniform random split"),
-    "dirichlet": Partitioner("dirichlet", dirichlet, {"alpha": "concentration > 0", "min_size": "min samples per client (10)"},
-                             "label skew, class proportions ~ Dir(alpha)"),
-    "shards": Partitioner("shards", shards, {"s": "classes per client in [1, K]"},
-                          "pathological: s classes per client"),
-    "domains": Partitioner("domains", domains, {"alpha": "None (iid within a domain) or Dirichlet alpha > 0",
-                                                "min_size": "min samples per client with alpha (2)"},
-                           "feature shift: one domain per client (datasets with domains, e.g. digit4)"),
-    "skew": Partitioner("skew", skew, {"s": "uniform share in [0, 100]", "n": "samples per client (int or list)",
-                                       "k": "dominant classes (int or list)",
-                                       "setting": "FedGPA setting 1|2|3 (fills n, k)"},
-                        "FedPAC/FedGPA: s% uniform + dominant classes"),
+    "dirichlet": Partitioner(
+        "dirichlet",
+        dirichlet,
+        {"alpha": "concentration > 0", "min_size": "min samples per client (10)"},
+        "label skew, class proportions ~ Dir(alpha)",
+    ),
+    "shards": Partitioner(
+        "shards", shards, {"s": "classes per client in [1, K]"}, "pathological: s classes per client"
+    ),
+    "domains": Partitioner(
+        "domains",
+        domains,
+        {
+            "alpha": "None (iid within a domain) or Dirichlet alpha > 0",
+            "min_size": "min samples per client with alpha (2)",
+        },
+        "feature shift: one domain per client (datasets with domains, e.g. digit4)",
+    ),
+    "skew": Partitioner(
+        "skew",
+        skew,
+        {
+            "s": "uniform share in [0, 100]",
+            "n": "samples per client (int or list)",
+            "k": "dominant classes (int or list)",
+            "setting": "FedGPA setting 1|2|3 (fills n, k)",
+        },
+        "FedPAC/FedGPA: s% uniform + dominant classes",
+    ),
 }
-COMMON_PARAMS = {"imbalance": "global long-tail ratio gamma in (0, 1] applied first (FedPRP)",
-                 "test_fraction": "local test size / local train size (0.25)",
-                 "server": "training samples per class held out, balanced, for the server (FEDIC; 0)",
-                 "per_class": "keep at most this many training samples per class before the long tail (smaller runs)",
-                 "repeat": "ratio r in [0, 1): r of the clients get r of their samples replaced by copies of one of them (FedMate Fig. 5)"}
+COMMON_PARAMS = {
+    "imbalance": "global long-tail ratio gamma in (0, 1] applied first (FedPRP)",
+    "test_fraction": "local test size / local train size (0.25)",
+    "server": "training samples per class held out, balanced, for the server (FEDIC; 0)",
+    "per_class": "keep at most this many training samples per class before the long tail (smaller runs)",
+    "repeat": "ratio r in [0, 1): r of the clients get r of their samples replaced by copies of one of them "
+    "(FedMate Fig. 5)",
+}
 
 
 def server_split(labels: np.ndarray, per_class: int, rng: np.random.Generator) -> np.ndarray:
@@ -255,8 +277,12 @@ def partition_with_server(labels: np.ndarray, num_classes: int, num_clients: int
         pool = np.setdiff1d(pool, held)
     cap = spec.pop("per_class", None)
     if cap is not None:
-        check(isinstance(cap, (int, np.integer)) and cap >= 1, "per_class", cap, "a positive number of samples per class")
-        pool = np.sort(np.concatenate([rng.permutation(pool[labels[pool] == c])[:cap] for c in np.unique(labels[pool])]))
+        check(
+            isinstance(cap, (int, np.integer)) and cap >= 1, "per_class", cap, "a positive number of samples per class"
+        )
+        pool = np.sort(
+            np.concatenate([rng.permutation(pool[labels[pool] == c])[:cap] for c in np.unique(labels[pool])])
+        )
     imbalance = spec.pop("imbalance", None)
     if imbalance is not None:
         pool = pool[long_tail(labels[pool], rng, imbalance)]
@@ -267,7 +293,8 @@ def partition_with_server(labels: np.ndarray, num_classes: int, num_clients: int
     if name == "shards":
         spec["classes_per_client"] = spec.pop("s", spec.get("classes_per_client"))
     if name == "domains":
-        check(domain_ids is not None, "partition.name", name, "a dataset with domains (digit4) for 'domains'")
+        if domain_ids is None:
+            raise ConfigError("partition.name", name, "a dataset with domains (digit4) for 'domains'")
         spec["domains"] = domain_ids[pool]
     allowed = set(PARTITIONERS[name].params) | {"classes_per_client", "max_tries", "domains"}
     for key in spec:
@@ -280,7 +307,9 @@ def partition_with_server(labels: np.ndarray, num_classes: int, num_clients: int
         raise ConfigError(f"partition.{name}", spec, f"parameters {PARTITIONERS[name].params} ({exc})") from None
     parts = [pool[p] for p in parts]
     empty = [i for i, p in enumerate(parts) if len(p) == 0]
-    check(not empty, "num_clients", num_clients, f"a number that leaves no client empty (clients {empty[:5]} got no data)")
+    check(
+        not empty, "num_clients", num_clients, f"a number that leaves no client empty (clients {empty[:5]} got no data)"
+    )
     if repeat:
         parts = repeated(parts, repeat, rng)
     return parts, held

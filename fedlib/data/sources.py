@@ -8,14 +8,15 @@ downloads; ``download=True`` (or ``FEDLIB_DOWNLOAD=1``) asks torchvision to fetc
 from __future__ import annotations
 
 import bz2
+import dataclasses
 import functools
 import gzip
-import zlib
 import os
 import pickle
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -40,13 +41,16 @@ class Dataset:
     domain_names: tuple[str, ...] | None = None
 
     @property
-    def input_shape(self) -> tuple[int, int, int]:
+    def input_shape(self) -> tuple[int, ...]:
         return tuple(self.train_x.shape[1:])
 
-    def to(self, device) -> "Dataset":
-        move = lambda t: None if t is None else t.to(device)  # noqa: E731
-        return Dataset(self.name, move(self.train_x), move(self.train_y), move(self.test_x), move(self.test_y),
-                       self.num_classes, move(self.train_domain), move(self.test_domain), self.domain_names)
+    def to(self, device) -> Dataset:
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device)
+
+        return dataclasses.replace(self, train_x=self.train_x.to(device), train_y=self.train_y.to(device),
+                                   test_x=self.test_x.to(device), test_y=self.test_y.to(device),
+                                   train_domain=move(self.train_domain), test_domain=move(self.test_domain))
 
 
 @dataclass(frozen=True)
@@ -94,11 +98,14 @@ def _idx_split(folders: list[Path], prefix: str, name: str, how: str, test: str 
         files = [_find_idx(folder, f"{prefix}{part}") for part in (
             "train-images-idx3-ubyte", "train-labels-idx1-ubyte",
             f"{test}-images-idx3-ubyte", f"{test}-labels-idx1-ubyte")]
-        if all(files):
+        found = [f for f in files if f is not None]
+        if len(found) == len(files):
             try:
-                arrays = [read_idx(f) for f in files]
+                arrays = [read_idx(f) for f in found]
             except DamagedFile as exc:
-                raise DataNotFoundError(f"dataset '{name}': {exc}; restore the file (reinstall its package): {how}") from None
+                raise DataNotFoundError(
+                    f"dataset '{name}': {exc}; restore the file (reinstall its package): {how}"
+                ) from None
             return arrays[0], arrays[1], arrays[2], arrays[3]
     searched = ", ".join(str(f) for f in folders)
     raise DataNotFoundError(f"dataset '{name}': IDX files not found in {searched}; {how}")
@@ -207,8 +214,7 @@ def read_usps(path: Path):
         for item in r[1:]:
             k, v = item.split(":")
             x[i, int(k) - 1] = float(v)
-    x = ((x + 1.0) / 2.0 * 255.0).round().clip(0, 255).astype(np.uint8).reshape(-1, 16, 16)
-    return x, y
+    return ((x + 1.0) / 2.0 * 255.0).round().clip(0, 255).astype(np.uint8).reshape(-1, 16, 16), y
 
 
 def _load_usps(root, download):
@@ -269,15 +275,19 @@ def _load_cached(name: str, root: str | None, download: bool) -> Dataset:
                    test_x.contiguous(), torch.from_numpy(np.array(te_y, dtype=np.int64)), SOURCES[name].num_classes)
 
 
-def _digit4(**options) -> Dataset:
-    from fedlib.data.domains import digit_domains
+# datasets built from other sources (feature-shift domains), registered by the modules that build them
+# (``fedlib.data.domains``: digit4); options are their keyword arguments
+COMPOSITES: dict[str, Callable[..., Dataset]] = {}
 
-    return digit_domains(**options)
+
+def register_composite(name: str, build: Callable[..., Dataset]) -> None:
+    if name in SOURCES or COMPOSITES.get(name, build) is not build:
+        raise ValueError(f"dataset name {name!r} is taken")
+    COMPOSITES[name] = build
 
 
-# datasets built from other sources (feature-shift domains); options are their keyword arguments
-COMPOSITES = {"digit4": _digit4}
-DATASET_NAMES = tuple(SOURCES) + tuple(COMPOSITES)
+def dataset_names() -> tuple[str, ...]:
+    return tuple(SOURCES) + tuple(COMPOSITES)
 
 
 def load_dataset(name: str, root: str | os.PathLike | None = None, download: bool | None = None,
@@ -286,7 +296,7 @@ def load_dataset(name: str, root: str | os.PathLike | None = None, download: boo
     if name in COMPOSITES:
         return COMPOSITES[name](**options)
     if name not in SOURCES:
-        raise ConfigError("dataset", name, f"one of {', '.join(DATASET_NAMES)}")
+        raise ConfigError("dataset", name, f"one of {', '.join(dataset_names())}")
     if download is None:
         download = os.environ.get("FEDLIB_DOWNLOAD", "0") == "1"
     return _load_cached(name, str(root) if root else None, bool(download))

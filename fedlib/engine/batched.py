@@ -49,7 +49,7 @@ class FunctionalOptimizer:
         p = [params[k] for k in keys]
         g = [grads[k] for k in keys]
         if self.spec.weight_decay != 0:
-            g = torch._foreach_add(g, p, alpha=self.spec.weight_decay)
+            g = list(torch._foreach_add(g, p, alpha=self.spec.weight_decay))
         if self.spec.kind == "adam":
             b1, b2 = self.betas
             m = torch._foreach_lerp([state[k][0] for k in keys], g, 1 - b1)
@@ -59,14 +59,14 @@ class FunctionalOptimizer:
             denom = torch._foreach_div(torch._foreach_sqrt(v), math.sqrt(1 - b2 ** self.step_count))
             torch._foreach_add_(denom, self.eps)
             updated = torch._foreach_addcdiv(p, m, denom, value=-step_size)
-            moments = list(zip(m, v))
+            moments: list = list(zip(m, v))
         else:
             moments = [state[k] for k in keys]
             if self.spec.momentum != 0:
                 if moments[0] is None:   # the first step: every buffer starts as the gradient
                     moments = [x.clone() for x in g]
                 else:
-                    moments = torch._foreach_mul(moments, self.spec.momentum)
+                    moments = list(torch._foreach_mul(moments, self.spec.momentum))
                     torch._foreach_add_(moments, g)
                 g = moments
             updated = torch._foreach_add(p, g, alpha=-self.lr)
@@ -140,11 +140,11 @@ class BatchedTrainer:
     """Trains the clients of one phase together (see the module docstring)."""
 
     def __init__(self, model: SplitModel, train_x: torch.Tensor, train_y: torch.Tensor, batch_size: int,
-                 optimizer: OptimizerSpec = OptimizerSpec(), overhead: float | None = None):
+                 optimizer: OptimizerSpec | None = None, overhead: float | None = None):
         self.model = model
         self.x, self.y = train_x.contiguous(), train_y
         self.batch_size = batch_size
-        self.optimizer = optimizer
+        self.optimizer = optimizer or OptimizerSpec()
         # cost of one lockstep step in units of one client's batch: kernel launches dominate on a GPU
         self.overhead = overhead if overhead is not None else (16.0 if train_x.is_cuda else 1.0)
 
@@ -161,13 +161,14 @@ class BatchedTrainer:
         """(indices (S, B), weights (S, B)) of one client's phase: the sequential executor's batches,
         each epoch's last one padded with zero-weight copies of the epoch's first sample."""
         B = self.batch_size
-        idx, w = [], []
+        idx_epochs, w_epochs = [], []
         for order in epoch_orders(train_idx, epochs, seed_keys):
             n = len(order)
             pad = (-n) % B
-            idx.append(torch.cat([order, order[:1].expand(pad)]).view(-1, B))
-            w.append(torch.cat([torch.ones(n, device=order.device), torch.zeros(pad, device=order.device)]).view(-1, B))
-        idx, w = torch.cat(idx), torch.cat(w)
+            idx_epochs.append(torch.cat([order, order[:1].expand(pad)]).view(-1, B))
+            w_epochs.append(torch.cat([torch.ones(n, device=order.device),
+                                       torch.zeros(pad, device=order.device)]).view(-1, B))
+        idx, w = torch.cat(idx_epochs), torch.cat(w_epochs)
         if max_steps is not None:
             idx, w = idx[:max_steps], w[:max_steps]
         return idx, w
@@ -234,7 +235,9 @@ class BatchedTrainer:
 
         step_fn = vmap(grad_and_value(client_loss), in_dims=(0, frozen_dims, 0, 0, 0, ctx_dims), randomness="different")
         opt = FunctionalOptimizer(self.optimizer.for_phase(phase), lr)
-        unused = self._unused(starts[0], trainable, ctxs[0], idx[0, 0], w[0, 0], loss_fn) if opt.spec.weight_decay else ()
+        unused = (
+            self._unused(starts[0], trainable, ctxs[0], idx[0, 0], w[0, 0], loss_fn) if opt.spec.weight_decay else ()
+        )
         opt_state = opt.init(train_p)
         total = torch.zeros(m, dtype=torch.float64, device=device)
         # which clients still step at each step: built once on the device (no host copy inside the loop)

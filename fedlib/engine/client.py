@@ -6,7 +6,7 @@ in lockstep between them; the sequential and process executors run ``local_updat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -53,14 +53,26 @@ class Setup:
     def context(self, task: ClientTask, trainer) -> ClientContext:
         i = task.client_id
         val = None if self.val_idx is None else self.val_idx[i]
-        return ClientContext(client_id=i, round=task.round, rounds=self.rounds,
-                             seed=derived_seed(self.seed, task.round, i), num_classes=self.num_classes, lr=self.lr,
-                             received=task.received, state=task.state, model=task.model, counts=self.counts[i],
-                             size=len(self.train_idx[i]), labels=self.train_y[self.train_idx[i]], forward=trainer.forward,
-                             features=trainer.client_features(self.train_idx[i]),
-                             validation=None if val is None else trainer.client_features(val),
-                             validation_labels=None if val is None else self.train_y[val],
-                             batch_size=self.batch_size, forward_from=trainer.forward_from)
+        return ClientContext(
+            client_id=i,
+            round=task.round,
+            rounds=self.rounds,
+            seed=derived_seed(self.seed, task.round, i),
+            num_classes=self.num_classes,
+            lr=self.lr,
+            received=task.received,
+            state=task.state,
+            model=task.model,
+            counts=self.counts[i],
+            size=len(self.train_idx[i]),
+            labels=self.train_y[self.train_idx[i]],
+            forward=trainer.forward,
+            features=trainer.client_features(self.train_idx[i]),
+            validation=None if val is None else trainer.client_features(val),
+            validation_labels=None if val is None else self.train_y[val],
+            batch_size=self.batch_size,
+            forward_from=trainer.forward_from,
+        )
 
     def phase_plan(self, phase: Phase, method) -> tuple[int, float, Any]:
         """(epochs, lr, loss function) of a phase with the experiment's defaults filled in."""
@@ -88,6 +100,7 @@ def finish(method, ctx: ClientContext, models: dict, stats: list[tuple[float, in
     result = LocalResult(steps=sum(k for _, _, k, target in stats if target == "local"),
                          loss=sum(s for s, _, _, _ in stats) / max(seen, 1), phase_losses=losses)
     upload = method.upload(ctx, models, result)
+    assert ctx.client_id is not None, "a client's update has its id"
     return ClientResult(ctx.client_id, upload, models["local"], ctx.state, result, models)
 
 

@@ -9,12 +9,14 @@ The seam between the two sides of a federation:
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
+from fedlib.losses import cross_entropy
 from fedlib.models import PARTS
 
 Params = Mapping[str, torch.Tensor]
@@ -124,3 +126,8 @@ def derived_seed(*keys: int) -> int:
 
 def clone(params: Params) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in params.items()}
+
+
+def cross_entropy_loss(out: Out, batch: Batch, params: Params, ctx: ClientContext) -> torch.Tensor:
+    """The plain local objective as a Phase loss (FedPAC's head phase, fine-tuning before evaluation)."""
+    return cross_entropy(out.logits, batch)

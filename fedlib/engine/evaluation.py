@@ -10,14 +10,15 @@ Families of confusion counts (each a list of (K, K) arrays):
   personal_own     client i's model on a share of the test images of its own classes only (the
                    official FedPRP protocol: each class's test images split over the clients holding it)
 A metric set names the families it needs and maps them to scalars. Methods add sets with the class
-attribute ``metric_sets``, experiments with the config field ``metrics``, chapters register their own
-with ``register_metric_set`` (no change to the engine).
+attribute ``metric_sets``, experiments with the config field ``metrics``; a paper's own sets are registered
+with ``register_metric_set`` by its method's module (FedPRP's a_glo / a_loc / a_sel, pFedCSPC's HM), so a new
+paper adds its metrics without a change to the engine.
 """
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -25,7 +26,7 @@ import torch
 from fedlib.engine.client import ADAPT_SALT, Adaptation, ClientTask
 from fedlib.engine.core import ClientContext, derived_seed
 from fedlib.errors import ConfigError
-from fedlib.metrics import accuracy, confusion, group_accuracy, harmonic, macro_f1, summarize
+from fedlib.metrics import accuracy, confusion, macro_f1, summarize
 
 FAMILIES = ("personal_local", "personal_global", "personal_own", "global_global", "global_local")
 
@@ -39,6 +40,9 @@ class Evaluation:
 
     def get(self, family: str) -> list[np.ndarray] | None:
         return self.confusions.get(family)
+
+    def require(self, family: str) -> list[np.ndarray]:
+        return self.confusions[family]
 
 
 @dataclass(frozen=True)
@@ -60,7 +64,7 @@ def register_metric_set(name: str, needs, compute: Callable[[Evaluation], dict],
     return METRIC_SETS[name]
 
 
-def _prefixed(prefix: str, values: dict) -> dict:
+def prefixed(prefix: str, values: dict) -> dict:
     return {f"{prefix}_{k}": v for k, v in values.items()}
 
 
@@ -68,77 +72,24 @@ def _standard(ev: Evaluation) -> dict:
     out = {}
     local = ev.get("personal_local")
     if local is not None:
-        out.update(_prefixed("personal_local", summarize(local)))
+        out.update(prefixed("personal_local", summarize(local)))
         out["personal_local_acc_clients"] = [accuracy(C) for C in local]
-    if ev.get("global_global") is not None:
-        C = ev.get("global_global")[0]
+    if (global_global := ev.get("global_global")) is not None:
+        C = global_global[0]
         out.update({"global_acc": accuracy(C), "global_f1": macro_f1(C)})
-        out.update(_prefixed("global_local", summarize(ev.get("global_local"))))
+        out.update(prefixed("global_local", summarize(ev.require("global_local"))))
     return out
 
 
 def _personal_global(ev: Evaluation) -> dict:
-    return _prefixed("personal_global", summarize(ev.get("personal_global"))) if ev.get("personal_global") else {}
-
-
-def _class_groups(ev: Evaluation) -> dict:
-    """Accuracy on FedPRP's Many / Medium / Few classes and their mean ("average"), for the global
-    model on the global test set and for client models on it (pooled over clients)."""
-    out = {}
-    for prefix, family in (("global", "global_global"), ("personal_global", "personal_global")):
-        confs = ev.get(family)
-        if not confs:
-            continue
-        C = sum(confs)
-        groups = {g: group_accuracy(C, idx) for g, idx in ev.class_groups.items()}
-        out.update({f"{prefix}_{g}": v for g, v in groups.items()})
-        out[f"{prefix}_groups_average"] = float(np.nanmean(list(groups.values())))
-    return out
-
-
-def _fedprp(ev: Evaluation) -> dict:
-    """FedPRP's A_glo (global model, balanced test), A_loc (mean over clients of their model on the
-    balanced test) and A_sel (mean over clients of their model on their own local test)."""
-    out = {}
-    if ev.get("global_global"):
-        out["a_glo"] = accuracy(ev.get("global_global")[0])
-    if ev.get("personal_global"):
-        out["a_loc"] = float(np.mean([accuracy(C) for C in ev.get("personal_global")]))
-    if ev.get("personal_local"):
-        out["a_sel"] = float(np.mean([accuracy(C) for C in ev.get("personal_local")]))
-    return out
-
-
-def _generalization(ev: Evaluation) -> dict:
-    """pFedCSPC Eq. 19-21: ACC_global of the global model, I_local (mean over clients of the
-    harmonic mean of accuracy and macro-F1 on local tests) and HM, their harmonic mean; a method without
-    a global model has I_local only."""
-    out = {}
-    if ev.get("personal_local"):
-        out["i_local"] = summarize(ev.get("personal_local"))["i_local"]
-    if ev.get("global_global"):
-        out["acc_global"] = accuracy(ev.get("global_global")[0])
-    if len(out) == 2:
-        out["hm"] = harmonic(out["acc_global"], out["i_local"])
-    return out
+    confs = ev.get("personal_global")
+    return prefixed("personal_global", summarize(confs)) if confs else {}
 
 
 register_metric_set("standard", ("personal_local", "global_global", "global_local"), _standard,
                     "personal_local_{acc,f1,i_local,...}, global_acc, global_f1, global_local_*")
 register_metric_set("personal_global", ("personal_global",), _personal_global,
                     "personal_global_*: client models on the balanced global test set")
-register_metric_set("class_groups", ("global_global", "personal_global"), _class_groups,
-                    "accuracy on Many / Medium / Few classes (FedPRP)")
-register_metric_set("fedprp", ("global_global", "personal_global", "personal_local"), _fedprp,
-                    "a_glo, a_loc, a_sel (FedPRP Section V-A-3)")
-def _own_classes(ev: Evaluation) -> dict:
-    return _prefixed("personal_own", summarize(ev.get("personal_own"))) if ev.get("personal_own") else {}
-
-
-register_metric_set("own_classes", ("personal_own",), _own_classes,
-                    "personal_own_*: client models on test images of their own classes (FedPRP's code)")
-register_metric_set("generalization", ("global_global", "personal_local"), _generalization,
-                    "acc_global, i_local, hm (pFedCSPC Eq. 19-21)")
 
 
 def resolve_metric_sets(names) -> list[MetricSet]:
@@ -171,10 +122,9 @@ class Evaluator:
         self.finetune = None
         method = federation.method
         if finetune_epochs and not method.personalized and method.finetune_phase() is None:
-            from fedlib.engine.core import Phase
-            from fedlib.methods.base import cross_entropy
+            from fedlib.engine.core import Phase, cross_entropy_loss
 
-            self.finetune = Phase(epochs=finetune_epochs, loss=cross_entropy)
+            self.finetune = Phase(epochs=finetune_epochs, loss=cross_entropy_loss)
 
     def _outputs(self, params, test_idx: torch.Tensor):
         return self.fed.trainer.features(params, self.fed.data.data.test_x[test_idx])
@@ -218,12 +168,14 @@ class Evaluator:
         conf: dict[str, list] = {}
         clients = self.evaluated_clients()
         anon = fed.anonymous_context(t)
-        personal = params = ctxs = None
+        personal = False
+        params: list[dict] = []
+        ctxs: list[ClientContext] = []
         if (method.personalized or self.finetune) and needs & {"personal_local", "personal_global", "personal_own"}:
             params, ctxs = self.personal_models(t, clients)
             personal = True
         gparams = method.global_params(fed.server) if method.has_global_model else None
-        if gparams is None and self.average_global and params is not None:
+        if gparams is None and self.average_global and personal:
             from fedlib.aggregate import weighted_average
             from fedlib.models import network_params
 

@@ -17,15 +17,16 @@ import math
 import os
 import pickle
 import sys
-from dataclasses import dataclass
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 
 import torch
 
 from fedlib.engine.batched import BatchedTrainer
 from fedlib.engine.client import ClientResult, ClientTask, Setup, begin, finish, local_update
-from fedlib.engine.training import OptimizerSpec, Trainer, diverged
+from fedlib.engine.core import ClientContext
+from fedlib.engine.training import Trainer, diverged
 from fedlib.errors import ConfigError, TrainingDiverged
 
 EXECUTORS = ("sequential", "process", "batched")
@@ -83,7 +84,7 @@ def train_cohorts(batched: BatchedTrainer, cohorts: list[Cohort]) -> list:
     (``TrainingDiverged``) or whose hooks raise leaves without disturbing the others (vmapped clients
     are independent; its remaining phases are skipped)."""
     ended: dict[int, BaseException] = {}
-    members = []     # (cohort, task position, ctx)
+    members: list[tuple[int, int, ClientContext]] = []     # (cohort, task position, ctx)
     begun = []
     for j, cohort in enumerate(cohorts):
         for i, task in enumerate(cohort.tasks):
@@ -91,7 +92,7 @@ def train_cohorts(batched: BatchedTrainer, cohorts: list[Cohort]) -> list:
                 ctx = cohort.setup.context(task, cohort.trainer)
                 begun.append(begin(cohort.method, ctx))
                 members.append((j, i, ctx))
-            except Exception as exc:  # noqa: BLE001  (this run ends; the others go on)
+            except Exception as exc:
                 ended.setdefault(j, exc)
     models = [b[0] for b in begun]
     stats: list[list] = [[] for _ in members]
@@ -109,10 +110,11 @@ def train_cohorts(batched: BatchedTrainer, cohorts: list[Cohort]) -> list:
             epochs, lr, loss_fn = cohorts[members[live[0]][0]].setup.phase_plan(phase, method)
             keys = [cohorts[members[k][0]].setup.seed_keys(cohorts[members[k][0]].tasks[members[k][1]], p_idx)
                     for k in live]
-            idxs = [cohorts[members[k][0]].setup.train_idx[members[k][2].client_id] for k in live]
+            idxs = [cohorts[members[k][0]].setup.train_idx[cohorts[members[k][0]].tasks[members[k][1]].client_id]
+                    for k in live]
             ctxs = [members[k][2] for k in live]
             if phase.step is not None:  # a method's own step cannot be vmapped: its run's trainer, client by client
-                outs = []
+                outs: list = []
                 for k, ti, sk, ctx in zip(live, idxs, keys, ctxs):
                     try:
                         outs.append(cohorts[members[k][0]].trainer.train(models[k][phase.target], phase, loss_fn,
@@ -124,7 +126,7 @@ def train_cohorts(batched: BatchedTrainer, cohorts: list[Cohort]) -> list:
                 try:
                     outs = batched.train_group([models[k][phase.target] for k in live], ctxs, idxs, keys, phase,
                                                loss_fn, epochs, lr)
-                except Exception as exc:  # noqa: BLE001  (every run of this step ends with it)
+                except Exception as exc:
                     for k in live:
                         ended.setdefault(members[k][0], exc)
                     continue
@@ -143,7 +145,7 @@ def train_cohorts(batched: BatchedTrainer, cohorts: list[Cohort]) -> list:
             continue
         try:
             results[j][i] = finish(cohorts[j].method, ctx, models[k], stats[k])
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             ended.setdefault(j, exc)
     return [ended.get(j, results[j]) for j in range(len(cohorts))]
 
@@ -276,10 +278,11 @@ class ProcessExecutor:
                 try:
                     for f in [pool.submit(_ready) for _ in range(self.workers)]:
                         f.result()  # start every worker now
-                except BrokenProcessPool:
+                except BrokenProcessPool as exc:
                     pool.shutdown(wait=False, cancel_futures=True)
                     raise RuntimeError("the 'process' executor could not start its worker processes; a script "
-                                       "that defines its own method must run under `if __name__ == '__main__':`")
+                                       "that defines its own method must run under `if __name__ == '__main__':`"
+                                       ) from exc
             return pool
         return POOLS.get(key, make, keep=(t.x, t.y))
 

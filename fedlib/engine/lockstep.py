@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from fedlib.engine.batched import BatchedTrainer
 from fedlib.engine.executors import Cohort, train_cohorts
@@ -22,7 +23,7 @@ class Member:
     federation: Federation
     next_round: int = 0
     error: BaseException | None = None
-    bar: object = None
+    bar: Any = None   # its tqdm progress bar, if any
     done: bool = False
     in_round: bool = False   # between open_round and end_round: its state is not a finished round's
 
@@ -58,7 +59,8 @@ class Lockstep:
                 self.step(on_round, on_end)
         finally:
             for m in self.members:
-                m.bar.close()
+                if m.bar is not None:
+                    m.bar.close()
                 m.federation.executor.close()
                 if not m.done and not m.in_round:   # stopped by the deadline: keep every finished round
                     m.federation.flush(m.next_round)
@@ -83,7 +85,7 @@ class Lockstep:
                     raise outcome
                 trained = fed.close_round(outcome)
                 fed.end_round(t, trained, own - share)
-            except Exception as exc:  # noqa: BLE001  (this run ends; its checkpoint keeps the last round)
+            except Exception as exc:
                 m.error, m.done = exc, True
                 if on_end:
                     on_end(m)

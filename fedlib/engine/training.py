@@ -25,7 +25,7 @@ class OptimizerSpec:
     momentum: float = 0.0
     weight_decay: float = 0.0
 
-    def for_phase(self, phase: Phase) -> "OptimizerSpec":
+    def for_phase(self, phase: Phase) -> OptimizerSpec:
         return OptimizerSpec(phase.optimizer or self.kind, self.momentum if phase.momentum is None else phase.momentum,
                              self.weight_decay if phase.weight_decay is None else phase.weight_decay)
 
@@ -130,7 +130,7 @@ class Trainer:
         Raises TrainingDiverged on a non-finite loss."""
         model = self.model
         model.load_state_dict(network_params(params), strict=True)
-        trainable = {}
+        trainable: dict[str, torch.Tensor] = {}
         for name, p in model.named_parameters():
             p.requires_grad_(part_of(name) in phase.trainable)
             if p.requires_grad:

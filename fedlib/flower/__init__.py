@@ -13,7 +13,7 @@ os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 
-from fedlib.flower.apps import ClientFailed, FlowerExecutor, client_app, make_server_app, server_app  # noqa: E402
+from fedlib.flower.apps import ClientFailed, FlowerExecutor, client_app, make_server_app, server_app
 
 
 def simulate(cfg, *, checkpoint=None, progress: bool = False, desc: str = "", callbacks=(), nodes: int | None = None,
@@ -31,7 +31,7 @@ def simulate(cfg, *, checkpoint=None, progress: bool = False, desc: str = "", ca
     nodes = nodes or cfg.num_clients
     server = make_server_app(cfg, sink, checkpoint=checkpoint, progress=progress, desc=desc, timeout=timeout,
                              callbacks=callbacks, min_nodes=nodes)   # every virtual node registered first
-    backend = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+    backend: dict = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                "init_args": {"num_cpus": cpus, "include_dashboard": False, "log_to_driver": verbose,
                              "logging_level": logging.INFO if verbose else logging.ERROR},
                "actor": {"tensorflow": 0}}

@@ -58,7 +58,7 @@ def config_json(cfg) -> str:
 
 
 def config_from_json(text: str):
-    from fedlib.experiment import make_config
+    from fedlib.experiment.config import make_config
 
     return make_config(**json.loads(text))
 
@@ -96,9 +96,9 @@ class FlowerExecutor:
             for reply in self.grid.pull_messages(list(pending)):
                 i = pending.pop(reply.metadata.reply_to_message_id)
                 if reply.has_error():
+                    reason = reply.error.reason or ""
                     raise ClientFailed(f"client {tasks[i].client_id} failed on its Flower node (round "
-                                       f"{tasks[i].round + 1}): {first_error_line(reply.error.reason)}",
-                                       reply.error.reason)
+                                       f"{tasks[i].round + 1}): {first_error_line(reason)}", reason)
                 results[i] = decode_result(reply, self.device)
             if pending and deadline is not None and time.time() > deadline:
                 late = sorted(tasks[i].client_id for i in pending.values())
@@ -139,7 +139,7 @@ def decode_result(reply: Message, device) -> ClientResult:
 def serve(grid: Grid, cfg, *, checkpoint=None, progress: bool = False, desc: str = "", timeout: float | None = None,
           callbacks=(), min_nodes: int = 1):
     """Build the experiment around a Flower executor and run fedlib's round loop; the Federation."""
-    from fedlib.experiment import build
+    from fedlib.experiment.wiring import build
 
     fed = build(cfg, progress=progress, checkpoint=checkpoint, desc=desc,
                 executor=lambda setup, trainer, **_: FlowerExecutor(grid, cfg, timeout=timeout,
@@ -170,7 +170,7 @@ server_app = ServerApp()
 
 @server_app.main()
 def deployed_server(grid: Grid, context: Context) -> None:
-    from fedlib.experiment import record_of
+    from fedlib.experiment.records import record_of
 
     cfg = config_from_json(str(context.run_config["config"]))
     timeout = float(context.run_config.get("client-timeout", 0)) or None
@@ -188,7 +188,7 @@ _BUILT: dict = {}   # per process: the experiment a node trains clients of (key 
 
 
 def _experiment(cfg):
-    from fedlib.experiment import build
+    from fedlib.experiment.wiring import build
 
     key = cfg.key()
     if key not in _BUILT:

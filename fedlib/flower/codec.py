@@ -81,4 +81,6 @@ def to_records(message, name: str = "message") -> RecordDict:
 
 def from_records(records: RecordDict, device="cpu"):
     """The fedlib message a RecordDict of ``to_records`` holds, its tensors on ``device``."""
-    return _decode(json.loads(records.config_records[TREE]["json"]), records.array_records[TENSORS], device)
+    tree = records.config_records[TREE]["json"]
+    assert isinstance(tree, str), "a fedlib message holds its tree as a JSON string"
+    return _decode(json.loads(tree), records.array_records[TENSORS], device)

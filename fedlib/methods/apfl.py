@@ -19,6 +19,7 @@ import torch
 from fedlib.engine.core import Phase
 from fedlib.losses import cross_entropy
 from fedlib.methods.base import Hyper, Method, unit_interval
+from fedlib.methods.registry import register
 from fedlib.models import PARTS, network_params
 
 V = "extra.v."
@@ -38,6 +39,7 @@ def mixed(alpha: torch.Tensor, v: dict, w: dict, detach_w: bool = True) -> dict:
     return {k: a * v[V + k] + (1 - a) * (w[k].detach() if detach_w else w[k]) for k in w}
 
 
+@register
 class APFL(Method):
     name = "apfl"
     paper = "Deng, Kamani & Mahdavi, arXiv:2003.13461"

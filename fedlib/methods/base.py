@@ -26,9 +26,8 @@ import numpy as np
 import torch
 
 from fedlib.aggregate import select, weighted_average
-from fedlib.engine.core import Batch, ClientContext, LocalResult, Out, Phase, Server, clone
+from fedlib.engine.core import Batch, ClientContext, LocalResult, Out, Phase, Server, clone, cross_entropy_loss
 from fedlib.errors import ConfigError, check_fields
-from fedlib.losses import cross_entropy as _cross_entropy
 from fedlib.models import PARTS
 from fedlib.prototypes import aggregate_prototypes, class_stats, feature_variance
 
@@ -100,6 +99,7 @@ class Method:
 
     def received_model(self, ctx: ClientContext) -> dict[str, torch.Tensor]:
         """The client's own model with what the server sent on top."""
+        assert ctx.model is not None, "the client's model is not given inside the vmapped loss"
         return {**ctx.model, **ctx.received.get("params", {})}
 
     def receive(self, ctx: ClientContext) -> dict[str, dict]:
@@ -109,7 +109,7 @@ class Method:
         return [Phase()]
 
     def local_loss(self, out: Out, batch: Batch, params: dict, ctx: ClientContext) -> torch.Tensor:
-        return cross_entropy(out, batch, params, ctx)
+        return cross_entropy_loss(out, batch, params, ctx)
 
     def local_step(self, loss_fn):
         """The method's own optimizer step around ``loss_fn`` (a ``Phase.step``, e.g. FedASAM's
@@ -141,6 +141,7 @@ class Method:
     def local_statistics(self, ctx: ClientContext, params: dict):
         """Per-class counts, prototypes (class means of embedded features) and squared-norm sums of
         the client's training data under ``params`` (no gradient)."""
+        assert ctx.features is not None and ctx.labels is not None, "client statistics are computed outside the loss"
         out = ctx.features(params)
         counts, sums, sq = class_stats(self.embed(out.z), ctx.labels, ctx.num_classes)
         return counts, sums / counts.clamp_min(1).unsqueeze(1), sq
@@ -255,10 +256,6 @@ class PrototypeSharing(GlobalPrototypes):
         server.state["protos"], server.state["present"] = aggregate_prototypes(
             torch.stack([u["protos"] for u in ups]), torch.stack([u["counts"] for u in ups]))
 
-
-def cross_entropy(out: Out, batch: Batch, params: dict, ctx: ClientContext) -> torch.Tensor:
-    """The plain local objective, usable as a Phase loss (FedPAC's head phase, fine-tuning)."""
-    return _cross_entropy(out.logits, batch)
 
 
 def positive(value, name: str, allow_zero: bool = False) -> None:

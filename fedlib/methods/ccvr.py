@@ -20,6 +20,7 @@ import torch
 from fedlib.aggregate import select
 from fedlib.engine.core import derived_seed
 from fedlib.methods.base import Hyper, Method, positive, retrain_linear_head
+from fedlib.methods.registry import register
 from fedlib.prototypes import class_stats
 
 
@@ -70,6 +71,7 @@ def sample_virtual(mu: torch.Tensor, sigma: torch.Tensor, n: int, gen: torch.Gen
     return (mu.double().cpu() + noise @ L.T.cpu()).to(mu.dtype).to(mu.device)
 
 
+@register
 class CCVR(Method):
     name = "ccvr"
     paper = "Luo, Chen, Hu, Zhang, Liang & Feng, NeurIPS 2021"

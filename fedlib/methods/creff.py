@@ -20,6 +20,7 @@ import torch.nn.functional as F
 
 from fedlib.engine.core import derived_seed
 from fedlib.methods.base import Hyper, Method, positive, retrain_linear_head
+from fedlib.methods.registry import register
 from fedlib.models import network_params
 
 
@@ -62,6 +63,7 @@ def fresh_linear(d: int, k: int, gen: torch.Generator, device) -> dict:
             "head.bias": ((torch.rand(k, generator=gen) * 2 - 1) * bound).to(device)}
 
 
+@register
 class CReFF(Method):
     name = "creff"
     paper = "Shang, Lu, Huang & Wang, IJCAI 2022"
@@ -96,7 +98,9 @@ class CReFF(Method):
         ups = list(uploads.values())
         has = torch.stack([u["has"] for u in ups]).float()           # (m, K)
         holders = has.sum(0)
-        real = (torch.stack([u["grad_w"] for u in ups]) * has[:, :, None, None]).sum(0) / holders.clamp_min(1)[:, None, None]
+        real = (torch.stack([u["grad_w"] for u in ups]) * has[:, :, None, None]).sum(0) / holders.clamp_min(1)[
+            :, None, None
+        ]
         hp, head = self.hp, server.state["syn_head"]
         K = real.shape[0]
         labels = torch.arange(K, device=real.device).repeat_interleave(hp.num_features)

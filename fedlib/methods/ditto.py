@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from fedlib.engine.core import Phase
 from fedlib.losses import cross_entropy, proximal
 from fedlib.methods.base import Hyper, Method, PersonalModel, positive
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -15,6 +16,7 @@ class DittoHyper(Hyper):
         positive(self.lam, "lam", allow_zero=True)
 
 
+@register
 class Ditto(PersonalModel, Method):
     name = "ditto"
     paper = "Li et al., ICML 2021"

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from fedlib.methods.base import Hyper, TrainedModelIsPersonal, positive, unit_interval
+from fedlib.methods.registry import register
 
 TOP = ("head.weight", "head.bias")
 
@@ -58,6 +59,7 @@ def adaptive_weights(z, y, local: dict, glob: dict, weights: dict, eta: float, b
     return weights, epochs
 
 
+@register
 class FedALA(TrainedModelIsPersonal):
     name = "fedala"
     paper = "Zhang, Hua, Wang, Song, Xue, Ma & Guan, AAAI 2023"

@@ -10,6 +10,7 @@ import torch
 
 from fedlib.engine.core import Phase
 from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -30,6 +31,7 @@ def asam_perturbation(params: dict, grads: list, rho: float, eta: float) -> list
     return [rho * t * t * g / norm for t, g in zip(scales, grads)]
 
 
+@register
 class FedASAM(Method):
     name = "fedasam"
     paper = "Caldarola, Caputo & Ciccone, ECCV 2022"

@@ -1,8 +1,9 @@
 """FedAvg-FT: FedAvg, then each client fine-tunes the global model on its data before evaluation."""
 from dataclasses import dataclass
 
-from fedlib.engine.core import Phase
-from fedlib.methods.base import Hyper, Method, cross_entropy, positive
+from fedlib.engine.core import Phase, cross_entropy_loss
+from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -13,6 +14,7 @@ class FTHyper(Hyper):
         positive(self.finetune_epochs, "finetune_epochs")
 
 
+@register
 class FedAvgFT(Method):
     name = "fedavg_ft"
     paper = "FedAvg + local fine-tuning (as in FedGPA 5.1.3)"
@@ -20,4 +22,4 @@ class FedAvgFT(Method):
     personalized = True
 
     def finetune_phase(self):
-        return Phase(epochs=self.hp.finetune_epochs, loss=cross_entropy)
+        return Phase(epochs=self.hp.finetune_epochs, loss=cross_entropy_loss)

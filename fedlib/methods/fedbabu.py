@@ -3,8 +3,10 @@ federated training (only the body trains and is averaged); each client fine-tune
 model for a few epochs before evaluation (the fine-tuning of FedAvg-FT)."""
 from fedlib.engine.core import Phase
 from fedlib.methods.fedavg_ft import FedAvgFT
+from fedlib.methods.registry import register
 
 
+@register
 class FedBABU(FedAvgFT):
     name = "fedbabu"
     paper = "Oh et al., ICLR 2022"

@@ -19,6 +19,7 @@ from fedlib.aggregate import weighted_average
 from fedlib.engine.core import Phase
 from fedlib.losses import cross_entropy
 from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -33,6 +34,7 @@ def _zeros(params: dict) -> dict:
     return {k: torch.zeros_like(v) for k, v in params.items() if v.is_floating_point()}
 
 
+@register
 class FedDC(Method):
     name = "feddc"
     paper = "Gao, Xu, Li, Zhu, Zhang & Ye, CVPR 2022"

@@ -10,6 +10,7 @@ import torch
 
 from fedlib.losses import cross_entropy, sample_weight
 from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -32,6 +33,7 @@ def decorrelation(z: torch.Tensor, batch, eps: float = 1e-8) -> torch.Tensor:
     return (K ** 2).sum() / z.shape[1] ** 2
 
 
+@register
 class FedDecorr(Method):
     name = "feddecorr"
     paper = "Shi, Liang, Zhang, Tan & Bai, ICLR 2023"

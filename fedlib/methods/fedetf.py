@@ -26,6 +26,7 @@ from fedlib.engine.core import Phase, derived_seed
 from fedlib.errors import ConfigError
 from fedlib.losses import NEG, batch_mean
 from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.registry import register
 from fedlib.models import EXTRA, PARTS
 
 SCALE = "extra.scale"
@@ -75,6 +76,7 @@ class EtfHyper(Hyper):
             positive(getattr(self, name), name)
 
 
+@register
 class FedETF(Method):
     name = "fedetf"
     paper = "Li, Shang, He, Lin & Wu, ICCV 2023"

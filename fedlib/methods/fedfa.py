@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from fedlib.engine.core import Phase
 from fedlib.losses import cross_entropy
 from fedlib.methods.base import Hyper, Method, positive, unit_interval
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -45,6 +46,7 @@ def anchor_loss(z: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor) -> torc
     return ((member @ sq) / member.sum(1).clamp_min(1)).sum() / K
 
 
+@register
 class FedFA(Method):
     name = "fedfa"
     paper = "Zhou, Zhang & Tsang, IEEE TMC 2023"
@@ -110,5 +112,7 @@ class FedFA(Method):
         ups = list(uploads.values())
         counts = torch.stack([u["counts"] for u in ups]).to(torch.float32)
         total = counts.sum(0)
-        mean = torch.einsum("mk,mkd->kd", counts, torch.stack([u["anchors"] for u in ups])) / total.clamp_min(1).unsqueeze(1)
+        mean = torch.einsum("mk,mkd->kd", counts, torch.stack([u["anchors"] for u in ups])) / total.clamp_min(
+            1
+        ).unsqueeze(1)
         server.state["anchors"] = torch.where((total > 0).unsqueeze(1), mean, server.state["anchors"])

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from fedlib.engine.core import derived_seed
 from fedlib.methods.base import Hyper, Method, positive, unit_interval
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -41,10 +42,11 @@ def distance(a: dict, b: dict) -> float:
 
 def fomo_weights(own_loss: float, losses: list[float], distances: list[float]) -> np.ndarray:
     """Eq. 5: gain in validation loss per unit of parameter distance, clipped at 0, normalised."""
-    w = np.array([max(own_loss - l, 0.0) / max(d, 1e-12) for l, d in zip(losses, distances)])
+    w = np.array([max(own_loss - loss, 0.0) / max(d, 1e-12) for loss, d in zip(losses, distances)])
     return w / w.sum() if w.sum() > 0 else w
 
 
+@register
 class FedFomo(Method):
     name = "fedfomo"
     paper = "Zhang, Sapra, Fidler, Yeung & Alvarez, ICLR 2021"
@@ -81,7 +83,9 @@ class FedFomo(Method):
             ctx.state["fomo"] = ([], [])
             return {"local": own}
         own_loss = validation_loss(ctx, own)
-        w = fomo_weights(own_loss, [validation_loss(ctx, c) for c in candidates], [distance(c, own) for c in candidates])
+        w = fomo_weights(
+            own_loss, [validation_loss(ctx, c) for c in candidates], [distance(c, own) for c in candidates]
+        )
         ctx.state["fomo"] = (list(ctx.received["candidate_ids"]), w.tolist())
         if w.sum() == 0:
             return {"local": own}

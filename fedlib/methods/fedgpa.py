@@ -26,6 +26,7 @@ import torch
 from fedlib.aggregate import difference_grams, mix, select, simplex_qp_batch
 from fedlib.losses import cross_entropy, prototype_distance
 from fedlib.methods.base import Hyper, PerClientAggregation, PrototypeSharing, positive, unit_interval
+from fedlib.methods.registry import register
 from fedlib.models import PARTS
 from fedlib.prototypes import pad_prototypes
 
@@ -81,6 +82,7 @@ def classifier_weights(protos: torch.Tensor, counts: torch.Tensor, variances: to
     return solver(classifier_matrices(protos, counts, variances))
 
 
+@register
 class FedGPA(PerClientAggregation, PrototypeSharing):
     name = "fedgpa"
     paper = "Han et al., AI Open 6 (2025)"
@@ -105,7 +107,9 @@ class FedGPA(PerClientAggregation, PrototypeSharing):
         sizes = counts.sum(1).cpu()
         fedavg = np.tile((sizes / sizes.sum()).double().numpy(), (len(ids), 1))
         alpha = extractor_weights(prototype_distances(protos, counts), sizes, self.hp.mu) if self.hp.gpa_f else fedavg
-        beta = classifier_weights(protos, counts, torch.stack([u["variance"] for u in ups])) if self.hp.gpa_c else fedavg
+        beta = (
+            classifier_weights(protos, counts, torch.stack([u["variance"] for u in ups])) if self.hp.gpa_c else fedavg
+        )
         bodies = mix([select(u["params"], ("body", "projector")) for u in ups], alpha)
         heads = mix([select(u["params"], ("head",)) for u in ups], beta)
         self.store_personal(server, ids, [{**body, **head} for body, head in zip(bodies, heads)])

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 from fedlib.engine.core import derived_seed
 from fedlib.errors import ConfigError
 from fedlib.methods.base import Hyper, Method, positive, unit_interval
+from fedlib.methods.registry import register
 from fedlib.models import network_params
 
 
@@ -55,6 +56,7 @@ def gated_ensemble(gate: dict, feats: torch.Tensor, logits: torch.Tensor, calibr
     return carry * adjusted + (1 - carry) * calibrated
 
 
+@register
 class FEDIC(Method):
     name = "fedic"
     paper = "Shang, Lu, Cheung & Wang, ICME 2022"

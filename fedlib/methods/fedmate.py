@@ -53,8 +53,9 @@ import torch.nn.functional as F
 
 from fedlib.aggregate import select, weighted_average
 from fedlib.engine.core import Batch, Phase, derived_seed
-from fedlib.losses import batch_mean, cross_entropy, prototype_mse
+from fedlib.losses import cross_entropy, prototype_mse
 from fedlib.methods.base import Hyper, PrototypeSharing, positive
+from fedlib.methods.registry import register
 from fedlib.models import network_params
 from fedlib.prototypes import aggregate_prototypes
 
@@ -132,7 +133,7 @@ def mps_weights(counts: torch.Tensor, protos: torch.Tensor, prev_logit_k: torch.
     ell = cos / cos.sum()
     beta = torch.softmax(prev_logit_k, 0)
     parts = (alpha, ell, beta)
-    score = torch.stack([sum(js(parts[a], parts[b]) for b in range(3) if b != a) for a in range(3)])
+    score = torch.stack([js(parts[a], parts[(a + 1) % 3]) + js(parts[a], parts[(a + 2) % 3]) for a in range(3)])
     w_mps = torch.softmax(-score, 0)
     return w_mps[0] * alpha + w_mps[1] * ell + w_mps[2] * beta
 
@@ -142,6 +143,7 @@ def cft_period(body_params: int, num_classes: int, dim: int, x: float) -> int:
     return max(1, int(x * body_params / (num_classes * dim)))
 
 
+@register
 class FedMate(PrototypeSharing):
     name = "fedmate"
     paper = "Yang, Li, Wang, Yu, Wu & He, ECAI 2025"
@@ -215,7 +217,9 @@ class FedMate(PrototypeSharing):
         for _ in range(self.hp.server_steps):
             loss = F.cross_entropy(head_logits(leaves, protos[present]), labels, reduction="sum")
             grads = torch.autograd.grad(loss, list(leaves.values()))
-            leaves = {k: (v - self.hp.eta * g).detach().requires_grad_(True) for (k, v), g in zip(leaves.items(), grads)}
+            leaves = {
+                k: (v - self.hp.eta * g).detach().requires_grad_(True) for (k, v), g in zip(leaves.items(), grads)
+            }
         return {k: v.detach() for k, v in leaves.items()}
 
     # ------------------------------------------------------------------ client

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from fedlib.losses import NEG, batch_mean, cross_entropy
 from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -33,6 +34,7 @@ def not_true_distillation(student: torch.Tensor, teacher: torch.Tensor, batch, t
     return tau ** 2 * batch_mean(kl, batch)
 
 
+@register
 class FedNTD(Method):
     name = "fedntd"
     paper = "Lee, Kim, Kim, Yun & Kim, NeurIPS 2022"

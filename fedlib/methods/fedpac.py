@@ -12,9 +12,10 @@ import torch
 
 from fedlib.aggregate import difference_grams, is_psd, mix, select, simplex_qp_batch
 from fedlib.engine.core import Phase
+from fedlib.engine.core import cross_entropy_loss as ce_loss
 from fedlib.losses import cross_entropy, prototype_mse
 from fedlib.methods.base import Hyper, PerClientAggregation, PrototypeSharing, positive
-from fedlib.methods.base import cross_entropy as ce_loss
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -46,6 +47,7 @@ def collaboration_weights(protos: torch.Tensor, counts: torch.Tensor, variances:
     return A
 
 
+@register
 class FedPAC(PerClientAggregation, PrototypeSharing):
     name = "fedpac"
     paper = "Xu, Tong & Huang, ICLR 2023"

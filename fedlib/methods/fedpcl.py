@@ -31,6 +31,7 @@ from fedlib.engine.core import derived_seed
 from fedlib.errors import ConfigError
 from fedlib.losses import cross_entropy, prototype_contrastive, prototype_mse, sample_weight, supervised_contrastive
 from fedlib.methods.base import Hyper, PrototypeSharing, positive
+from fedlib.methods.registry import register
 from fedlib.prototypes import batch_class_means, pad_prototypes
 
 LOSSES = ("pcl", "ce", "ce_protodist", "supcon", "pcl_infonce")
@@ -54,6 +55,7 @@ class PclHyper(Hyper):
             raise ConfigError("hyper.use_global/use_local", (self.use_global, self.use_local), "at least one True")
 
 
+@register
 class FedPCL(PrototypeSharing):
     name = "fedpcl"
     paper = "Tan et al., NeurIPS 2022"

@@ -1,7 +1,9 @@
 """FedPer (Arivazhagan et al., 2019): base layers (body) averaged, personal head kept local."""
 from fedlib.methods.base import Method
+from fedlib.methods.registry import register
 
 
+@register
 class FedPer(Method):
     name = "fedper"
     paper = "Arivazhagan et al., arXiv:1912.00818"

@@ -8,8 +8,10 @@ from fedlib.aggregate import select
 from fedlib.losses import cross_entropy, proximal
 from fedlib.methods.fedper import FedPer
 from fedlib.methods.fedprox import ProxHyper
+from fedlib.methods.registry import register
 
 
+@register
 class FedPerPlus(FedPer):
     name = "fedperpp"
     paper = "Xu, Yan & Huang, IJCNN 2022 (assumed form)"

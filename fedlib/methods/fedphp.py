@@ -17,6 +17,7 @@ import torch.nn.functional as F
 
 from fedlib.losses import batch_mean, cross_entropy
 from fedlib.methods.base import Hyper, Method, positive, unit_interval
+from fedlib.methods.registry import register
 from fedlib.models import network_params
 
 
@@ -33,6 +34,7 @@ class PhpHyper(Hyper):
             positive(self.ramp, "ramp")
 
 
+@register
 class FedPHP(Method):
     name = "fedphp"
     paper = "Li et al., ECML-PKDD 2021"

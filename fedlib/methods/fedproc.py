@@ -11,6 +11,7 @@ import torch.nn.functional as F
 
 from fedlib.losses import NEG, cross_entropy, sample_weight
 from fedlib.methods.base import Hyper, PrototypeSharing
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -28,6 +29,7 @@ def prototype_contrast(z: torch.Tensor, batch, protos: torch.Tensor, present: to
     return (per_sample * keep).sum() / keep.sum().clamp_min(1e-12)
 
 
+@register
 class FedProc(PrototypeSharing):
     name = "fedproc"
     paper = "Mu, Shen, Cheng, Geng, Fu, Zhang & Zhang, FGCS 2023"

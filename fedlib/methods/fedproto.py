@@ -10,6 +10,7 @@ import torch
 from fedlib.errors import ConfigError
 from fedlib.losses import cross_entropy, prototype_mse
 from fedlib.methods.base import Hyper, PrototypeSharing, positive
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -23,6 +24,7 @@ class ProtoHyper(Hyper):
             raise ConfigError("hyper.predict_by", self.predict_by, "'logits' or 'prototype'")
 
 
+@register
 class FedProto(PrototypeSharing):
     name = "fedproto"
     paper = "Tan et al., AAAI 2022"

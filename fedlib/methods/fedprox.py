@@ -3,6 +3,7 @@ from dataclasses import dataclass
 
 from fedlib.losses import cross_entropy, proximal
 from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -13,6 +14,7 @@ class ProxHyper(Hyper):
         positive(self.mu, "mu", allow_zero=True)
 
 
+@register
 class FedProx(Method):
     name = "fedprox"
     paper = "Li et al., MLSys 2020"

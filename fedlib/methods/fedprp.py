@@ -47,14 +47,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from fedlib.aggregate import select, weighted_average
 from fedlib.engine.core import Phase
+from fedlib.engine.core import cross_entropy_loss as ce_loss
+from fedlib.engine.evaluation import Evaluation, prefixed, register_metric_set
 from fedlib.errors import ConfigError
 from fedlib.losses import NEG, cross_entropy, sample_weight
-from fedlib.methods.base import GlobalPrototypes, Hyper, cross_entropy as ce_loss, positive, unit_interval
+from fedlib.methods.base import GlobalPrototypes, Hyper, positive, unit_interval
+from fedlib.methods.registry import register
+from fedlib.metrics import accuracy, group_accuracy, summarize
 from fedlib.models import PARTS
 
 DISTANCES = ("euclidean", "sqeuclidean", "cosine", "code_cosine")
@@ -144,6 +149,7 @@ def nearest(z: torch.Tensor, protos: torch.Tensor, allowed: torch.Tensor) -> tor
     return d.masked_fill(~allowed.unsqueeze(0), float("inf")).argmin(1)
 
 
+@register
 class FedPRP(GlobalPrototypes):
     name = "fedprp"
     paper = "Guo et al., IEEE TNNLS 2024"
@@ -175,7 +181,9 @@ class FedPRP(GlobalPrototypes):
                 server.state["protos"] = torch.where((n > 0).unsqueeze(1), mean, old)
                 server.state["present"] = old_present | (n > 0)
         else:
-            server.state["protos"], server.state["present"] = moving_average(old, old_present, mean, n > 0, self.hp.beta)
+            server.state["protos"], server.state["present"] = moving_average(
+                old, old_present, mean, n > 0, self.hp.beta
+            )
 
     # ------------------------------------------------------------------ client
     def receive(self, ctx):
@@ -234,3 +242,45 @@ class FedPRP(GlobalPrototypes):
             return nearest(out.z, own, holds)
         padded = torch.where(holds.unsqueeze(1), own, glob)                          # A11: pad with global
         return nearest(out.z, padded, holds | present)
+
+
+# ---------------------------------------------------------------------- metric sets of this paper
+def _class_groups(ev: Evaluation) -> dict:
+    """Accuracy on FedPRP's Many / Medium / Few classes and their mean ("average"), for the global
+    model on the global test set and for client models on it (pooled over clients)."""
+    out = {}
+    for prefix, family in (("global", "global_global"), ("personal_global", "personal_global")):
+        confs = ev.get(family)
+        if not confs:
+            continue
+        C = np.sum(confs, axis=0)
+        groups = {g: group_accuracy(C, idx) for g, idx in ev.class_groups.items()}
+        out.update({f"{prefix}_{g}": v for g, v in groups.items()})
+        out[f"{prefix}_groups_average"] = float(np.nanmean(list(groups.values())))
+    return out
+
+
+def _fedprp(ev: Evaluation) -> dict:
+    """FedPRP's A_glo (global model, balanced test), A_loc (mean over clients of their model on the
+    balanced test) and A_sel (mean over clients of their model on their own local test)."""
+    out = {}
+    if global_global := ev.get("global_global"):
+        out["a_glo"] = accuracy(global_global[0])
+    if personal_global := ev.get("personal_global"):
+        out["a_loc"] = float(np.mean([accuracy(C) for C in personal_global]))
+    if personal_local := ev.get("personal_local"):
+        out["a_sel"] = float(np.mean([accuracy(C) for C in personal_local]))
+    return out
+
+
+def _own_classes(ev: Evaluation) -> dict:
+    confs = ev.get("personal_own")
+    return prefixed("personal_own", summarize(confs)) if confs else {}
+
+
+register_metric_set("class_groups", ("global_global", "personal_global"), _class_groups,
+                    "accuracy on Many / Medium / Few classes (FedPRP)")
+register_metric_set("fedprp", ("global_global", "personal_global", "personal_local"), _fedprp,
+                    "a_glo, a_loc, a_sel (FedPRP Section V-A-3)")
+register_metric_set("own_classes", ("personal_own",), _own_classes,
+                    "personal_own_*: client models on test images of their own classes (FedPRP's code)")

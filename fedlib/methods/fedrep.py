@@ -4,6 +4,7 @@ from dataclasses import dataclass
 
 from fedlib.engine.core import Phase
 from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -16,6 +17,7 @@ class RepHyper(Hyper):
         positive(self.body_epochs, "body_epochs")
 
 
+@register
 class FedRep(Method):
     name = "fedrep"
     paper = "Collins et al., ICML 2021"

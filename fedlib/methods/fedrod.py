@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from fedlib.engine.core import Phase
 from fedlib.losses import cross_entropy
 from fedlib.methods.base import Method
+from fedlib.methods.registry import register
 from fedlib.models import PARTS
 
 P_WEIGHT, P_BIAS = "extra.p_head.weight", "extra.p_head.bias"
@@ -23,6 +24,7 @@ def personal_logits(z, logits, params) -> torch.Tensor:
     return logits + F.linear(z, params[P_WEIGHT], params[P_BIAS])
 
 
+@register
 class FedRoD(Method):
     name = "fedrod"
     paper = "Chen & Chao, ICLR 2022"

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from fedlib.aggregate import weighted_average
 from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.registry import register
 from fedlib.metrics import accuracy, confusion
 
 
@@ -39,9 +40,10 @@ def greedy_soup(ctx, local: dict, pool: list[dict]) -> tuple[dict, int]:
         if score >= best:
             ingredients.append(candidate)
             best = score
-    return weighted_average(ingredients, [1.0] * len(ingredients)), len(ingredients)
+    return weighted_average(list(ingredients), [1.0] * len(ingredients)), len(ingredients)
 
 
+@register
 class FedSoup(Method):
     name = "fedsoup"
     paper = "Chen, Jiang, Dou, Xu & Zhang, MICCAI 2023"

@@ -17,6 +17,7 @@ import torch
 
 from fedlib.losses import cross_entropy, sample_weight
 from fedlib.methods.base import Hyper, TrainedModelIsPersonal, positive
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -57,6 +58,7 @@ def consistency_weights(updates: list[torch.Tensor], sizes) -> np.ndarray:
     return w / w.sum()
 
 
+@register
 class GRACE(TrainedModelIsPersonal):
     name = "grace"
     paper = "Zhang, Fan, Xu, Yao, Zhang & Wang, MICCAI 2023"

@@ -1,7 +1,9 @@
 """LG-FedAvg (Liang et al., 2020): local representation (body) per client, global head averaged."""
 from fedlib.methods.base import Method
+from fedlib.methods.registry import register
 
 
+@register
 class LGFedAvg(Method):
     name = "lg_fedavg"
     paper = "Liang et al., arXiv:2001.01523"

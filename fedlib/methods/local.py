@@ -1,7 +1,9 @@
 """Local (Solo): every client trains alone; nothing is communicated."""
 from fedlib.methods.base import Method
+from fedlib.methods.registry import register
 
 
+@register
 class Local(Method):
     name = "local"
     paper = "no communication"

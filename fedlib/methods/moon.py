@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 from fedlib.losses import batch_mean, cross_entropy
 from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -22,6 +23,7 @@ class MoonHyper(Hyper):
         positive(self.tau, "tau")
 
 
+@register
 class Moon(Method):
     name = "moon"
     paper = "Li et al., CVPR 2021"

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from fedlib.engine.core import Phase
-from fedlib.methods.base import Hyper, Method, cross_entropy, positive
+from fedlib.engine.core import Phase, cross_entropy_loss
+from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -22,6 +23,7 @@ class PerFedAvgHyper(Hyper):
         positive(self.alpha, "alpha")
 
 
+@register
 class PerFedAvg(Method):
     name = "perfedavg"
     paper = "Fallah, Mokhtari & Ozdaglar, NeurIPS 2020"
@@ -44,4 +46,4 @@ class PerFedAvg(Method):
 
     def finetune_phase(self):
         # one plain gradient step of size alpha, whatever optimizer trains the meta-model
-        return Phase(epochs=1, max_steps=1, lr=self.hp.alpha, loss=cross_entropy, optimizer="sgd")
+        return Phase(epochs=1, max_steps=1, lr=self.hp.alpha, loss=cross_entropy_loss, optimizer="sgd")

@@ -23,15 +23,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from fedlib.aggregate import mix, select
 from fedlib.engine.core import Phase, derived_seed
+from fedlib.engine.evaluation import Evaluation, register_metric_set
 from fedlib.errors import ConfigError
 from fedlib.losses import NEG, angle_alignment, edge_alignment, prototype_infonce, weighted_supcon
 from fedlib.methods.base import Hyper, TrainedModelIsPersonal, positive, unit_interval
+from fedlib.methods.registry import make_method, register
+from fedlib.metrics import accuracy, harmonic, summarize
 from fedlib.prototypes import clustered_prototypes, in_client_augmentation, mean_over_holders
 
 BASES = ("fedavg", "fedprox", "moon", "fedasam")
@@ -82,6 +84,7 @@ class CspcHyper(Hyper):
             positive(self.server_lr, "server_lr")
 
 
+@register
 class PFedCSPC(TrainedModelIsPersonal):
     name = "pfedcspc"
     paper = "Meng, Qi, Wu, Du, Li, Cui & Meng, IEEE TNNLS 2025"
@@ -90,8 +93,6 @@ class PFedCSPC(TrainedModelIsPersonal):
 
     def __init__(self, **hyper):
         super().__init__(**hyper)
-        from fedlib.methods import make_method
-
         self.base = make_method(self.hp.base, **self.hp.base_hyper)
         self.uses_prototypes = self.hp.align or self.hp.calibrate or self.hp.kp or self.hp.pmi
 
@@ -232,3 +233,22 @@ class PFedCSPC(TrainedModelIsPersonal):
         knowledge = knowledge.masked_fill(~ctx.received["exemplar_mask"].unsqueeze(0), NEG)
         fused = (1 - self.hp.lam_kp) * out.logits.softmax(1) + self.hp.lam_kp * knowledge.softmax(1)
         return fused.argmax(1)
+
+
+# ---------------------------------------------------------------------- metric sets of this paper
+def _generalization(ev: Evaluation) -> dict:
+    """pFedCSPC Eq. 19-21: ACC_global of the global model, I_local (mean over clients of the
+    harmonic mean of accuracy and macro-F1 on local tests) and HM, their harmonic mean; a method without
+    a global model has I_local only."""
+    out = {}
+    if personal_local := ev.get("personal_local"):
+        out["i_local"] = summarize(personal_local)["i_local"]
+    if global_global := ev.get("global_global"):
+        out["acc_global"] = accuracy(global_global[0])
+    if len(out) == 2:
+        out["hm"] = harmonic(out["acc_global"], out["i_local"])
+    return out
+
+
+register_metric_set("generalization", ("global_global", "personal_local"), _generalization,
+                    "acc_global, i_local, hm (pFedCSPC Eq. 19-21)")

@@ -13,6 +13,7 @@ from fedlib.aggregate import weighted_average
 from fedlib.engine.core import Phase
 from fedlib.losses import cross_entropy
 from fedlib.methods.base import Hyper, Method, PersonalModel, positive, unit_interval
+from fedlib.methods.registry import register
 
 
 @dataclass
@@ -29,6 +30,7 @@ class PFedMeHyper(Hyper):
         unit_interval(self.beta, "beta")
 
 
+@register
 class PFedMe(PersonalModel, Method):
     name = "pfedme"
     paper = "Dinh, Tran & Nguyen, NeurIPS 2020"

@@ -9,8 +9,10 @@ import torch
 from fedlib.aggregate import weighted_average
 from fedlib.losses import cross_entropy
 from fedlib.methods.base import Method
+from fedlib.methods.registry import register
 
 
+@register
 class Scaffold(Method):
     name = "scaffold"
     paper = "Karimireddy et al., ICML 2020"

@@ -5,6 +5,7 @@ Parameter names start with ``body.``, ``projector.`` or ``head.``; methods selec
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
 from torch import nn
@@ -140,7 +141,7 @@ DEFAULT_MODEL = {"fmnist": "cnn2", "mnist": "cnn2", "emnist": "cnn2", "digits": 
 def build_model(name: str | None, input_shape, num_classes: int, dataset: str | None = None) -> SplitModel:
     """``name`` None: the dataset's default (``projection`` for feature vectors)."""
     if name is None:
-        name = "projection" if len(input_shape) == 1 else DEFAULT_MODEL.get(dataset, "cnn2")
+        name = "projection" if len(input_shape) == 1 else DEFAULT_MODEL.get(dataset or "", "cnn2")
     if name not in MODELS:
         raise ConfigError("model", name, f"one of {', '.join(MODELS)}")
     return MODELS[name](tuple(input_shape), num_classes)
@@ -150,6 +151,6 @@ def part_of(param_name: str) -> str:
     return param_name.split(".", 1)[0]
 
 
-def network_params(params: dict) -> dict:
+def network_params(params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The entries of a parameter dict that belong to the network (no ``extra.*`` tensors)."""
     return {k: v for k, v in params.items() if part_of(k) != EXTRA}

@@ -12,7 +12,6 @@ import numpy as np
 from fedlib.errors import check
 from fedlib.experiment import Config, read_cached_record, run, summarize_runs
 
-
 RUNTIME = {"device": "cpu", "executor": "sequential"}
 
 
@@ -218,7 +217,7 @@ def _model_name(cfg: dict) -> str:
 
     if cfg.get("model"):
         return cfg["model"]
-    return "projection" if cfg.get("backbones") else DEFAULT_MODEL.get(cfg.get("dataset"), "cnn2")
+    return "projection" if cfg.get("backbones") else DEFAULT_MODEL.get(cfg.get("dataset") or "", "cnn2")
 
 
 def _listed(values, limit: int = 3) -> str:
@@ -242,10 +241,13 @@ def provenance_line(records: list[dict], scale: str, test_set: str) -> str:
     spread = "one seed, no spread" if len(seeds) == 1 else f"mean ± population std (ddof 0) over {len(seeds)} seeds"
     wall = sum(r.get("wall_time_s", 0.0) for r in records)
     wall_s = f"{wall / 3600:.1f} h" if wall > 3600 else f"{wall / 60:.1f} min" if wall > 120 else f"{wall:.0f} s"
-    return (f"scale {scale}; data {_listed(c['dataset'] for c in cfgs)}; model {_listed(_model_name(c) for c in cfgs)}; "
-            f"{_listed(c['num_clients'] for c in cfgs)} clients, {_listed(c['rounds'] for c in cfgs)} rounds; "
-            f"test: {test_set}; seeds {_listed(seeds, 5)}: {spread}; code {_listed(r.get('code_version', '?') for r in records)}; "
-            f"device {_listed(r.get('device', '?') for r in records)}; {len(records)} runs, {wall_s} of training")
+    return (
+        f"scale {scale}; data {_listed(c['dataset'] for c in cfgs)}; model {_listed(_model_name(c) for c in cfgs)}; "
+        f"{_listed(c['num_clients'] for c in cfgs)} clients, {_listed(c['rounds'] for c in cfgs)} rounds; "
+        f"test: {test_set}; seeds {_listed(seeds, 5)}: {spread}; "
+        f"code {_listed(r.get('code_version', '?') for r in records)}; "
+        f"device {_listed(r.get('device', '?') for r in records)}; {len(records)} runs, {wall_s} of training"
+    )
 
 
 def _cell(v) -> str:
@@ -407,10 +409,10 @@ def _record_job(configs: list[Config], chapter: str, root, deadline: float | Non
         for cfg in configs:
             try:
                 outcomes.append(run(cfg, cache_dir=cache_dir, progress=False))
-            except Exception as exc:  # noqa: BLE001  (reported by the parent; the other configs go on)
+            except Exception as exc:
                 outcomes.append(exc)
     out = []
-    for cfg, outcome in zip(configs, outcomes):
+    for outcome in outcomes:
         if isinstance(outcome, dict):
             results.write(outcome, chapter, root)
             accs = {k: round(v, 4) for k, v in outcome["final"].items() if k.endswith("_acc")}
@@ -471,13 +473,14 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
             limit = None if deadline is None else max(deadline + (DEADLINE_GRACE_S if batched else 0) - time.time(), 0)
             finished, _ = wait(running, timeout=limit, return_when=FIRST_COMPLETED)
             if not finished:
-                log(f"deadline: {sum(map(len, running.values()))} run(s) in flight stopped (their checkpoints resume them)")
+                in_flight = sum(map(len, running.values()))
+                log(f"deadline: {in_flight} run(s) in flight stopped (their checkpoints resume them)")
                 break
             for future in finished:
                 job = running.pop(future)
                 try:
                     outcomes = future.result()
-                except Exception as exc:  # noqa: BLE001  (one broken job must not cost the others' device time)
+                except Exception as exc:
                     outcomes = [("failed", f"{type(exc).__name__}: {exc}")] * len(job)
                 for cfg, (status, what) in zip(job, outcomes):
                     counts[status] += 1
@@ -519,7 +522,7 @@ def save_summary(chapter: str, scale: str, headline: tuple[str, list[dict]] | No
     ours beside the paper, the table's provenance line) and its claims with their verdicts, at one scale."""
     import time
 
-    from fedlib.experiment import _atomic_json, code_version
+    from fedlib.experiment import atomic_json, code_version
 
     path = summary_path(chapter, scale)
     data = read_cached_record_like(path)
@@ -530,7 +533,7 @@ def save_summary(chapter: str, scale: str, headline: tuple[str, list[dict]] | No
     if claims is not None:
         data["claims"] = [dataclasses.asdict(c) for c in claims]
         data["scale_note"] = scale_note
-    _atomic_json(path, data)
+    atomic_json(path, data)
 
 
 def read_cached_record_like(path) -> dict:

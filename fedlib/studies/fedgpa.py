@@ -6,6 +6,8 @@ mean over clients, 3 runs).
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from fedlib.data.partition import fedgpa_setting
@@ -38,7 +40,7 @@ ABLATION = {"None": ({"lga": False, "gpa_c": False, "gpa_f": False}, 86.71),
             "+ GPA(f)": ({"lga": True, "gpa_c": True, "gpa_f": True}, 90.04)}
 
 # Training budget per scale. n_divisor shrinks every client's n (Setting 1: 600 -> 600/n_divisor).
-SCALES = {
+SCALES: dict[str, dict[str, Any]] = {
     "ci": dict(rounds=2, local_epochs=1, n_divisor=10, seeds=[0], sweep_seeds=[0], eval_every=1, global_test=2000),
     "book": dict(rounds=8, local_epochs=1, n_divisor=4, seeds=[0], sweep_seeds=[0], eval_every=2, global_test=2000),
     "paper": dict(rounds=150, local_epochs=5, n_divisor=1, seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], eval_every=5,
@@ -59,10 +61,22 @@ def config(method: str, setting: int, s: float, scale: str, seed: int = 0, hyper
     spec = fedgpa_setting(setting, 10)
     n = spec["n"]
     n = n // sc["n_divisor"] if np.isscalar(n) else [v // sc["n_divisor"] for v in n]
-    return make_config(method=method, dataset="fmnist", partition={"name": "skew", "s": s, "n": n, "k": spec["k"]},
-                       num_clients=20, rounds=sc["rounds"], local_epochs=sc["local_epochs"], batch_size=50, lr=0.02,
-                       eval_every=sc["eval_every"], hyper=hyper or {}, seed=seed, device=device or RUNTIME["device"],
-                       executor=RUNTIME["executor"], global_test_size=sc["global_test"])  # the chapter reports personalized accuracy only
+    return make_config(
+        method=method,
+        dataset="fmnist",
+        partition={"name": "skew", "s": s, "n": n, "k": spec["k"]},
+        num_clients=20,
+        rounds=sc["rounds"],
+        local_epochs=sc["local_epochs"],
+        batch_size=50,
+        lr=0.02,
+        eval_every=sc["eval_every"],
+        hyper=hyper or {},
+        seed=seed,
+        device=device or RUNTIME["device"],
+        executor=RUNTIME["executor"],
+        global_test_size=sc["global_test"],
+    )  # the chapter reports personalized accuracy only
 
 
 # ---------------------------------------------------------------------- claims of the paper
@@ -96,8 +110,11 @@ def verdicts(runs: dict, settings, s_values, methods, ablation: dict | None = No
             "; ".join(f"Setting {st}: {n} of {len(methods)}" for st, n in per_setting.items()),
             all(n > len(methods) / 2 for n in per_setting.values())))
         if {"fedavg", "fedavg_ft"} <= set(methods):
-            ok = [acc[("fedavg_ft", st, lo)] > acc[("fedavg", st, lo)] and acc[("fedavg_ft", st, hi)] < acc[("fedavg", st, hi)]
-                  for st in settings]
+            ok = [
+                acc[("fedavg_ft", st, lo)] > acc[("fedavg", st, lo)]
+                and acc[("fedavg_ft", st, hi)] < acc[("fedavg", st, hi)]
+                for st in settings
+            ]
             claims.append(Claim(
                 f"FedAvg-FT beats FedAvg at s={lo} but fine-tuning hurts at s={hi}",
                 "FMNIST Setting 1: +1.94 at s=20, -1.05 at s=80",
@@ -148,7 +165,9 @@ def verdicts(runs: dict, settings, s_values, methods, ablation: dict | None = No
             all(a > b for a, b in ent.values())))
         if len(last) > 1:
             lo, hi = min(last), max(last)
-            selves = {s: (float(np.mean(np.diag(w["alpha"]))), float(np.mean(np.diag(w["beta"])))) for s, w in last.items()}
+            selves = {
+                s: (float(np.mean(np.diag(w["alpha"]))), float(np.mean(np.diag(w["beta"])))) for s, w in last.items()
+            }
             claims.append(Claim(
                 f"weights concentrate on the client itself as heterogeneity grows (s={hi} -> s={lo})",
                 "CIFAR-10 Setting 3 heat maps",
@@ -193,7 +212,9 @@ TABLE_OF_SETTING = {1: 2, 2: 4, 3: 5}   # the paper's table for each setting (FM
 
 def comparison_grid(settings, s_values, methods, scale: str) -> dict:
     seeds = scale_info(scale)["seeds"]
-    return {(m, st, s): with_seeds(config(m, st, s, scale), seeds) for st in settings for s in s_values for m in methods}
+    return {
+        (m, st, s): with_seeds(config(m, st, s, scale), seeds) for st in settings for s in s_values for m in methods
+    }
 
 
 def comparison(settings, s_values, methods, scale: str, store: str | None = None) -> dict:
@@ -270,7 +291,9 @@ def ablation_rows(runs: dict, scale: str) -> list[dict]:
 
 def mu_sweep_grid(s_values, scale: str) -> dict:
     seeds = scale_info(scale)["sweep_seeds"]
-    return {(s, mu): with_seeds(config("fedgpa", 3, s, scale, hyper={"mu": mu}), seeds) for s in s_values for mu in MU_SWEEP}
+    return {
+        (s, mu): with_seeds(config("fedgpa", 3, s, scale, hyper={"mu": mu}), seeds) for s in s_values for mu in MU_SWEEP
+    }
 
 
 def mu_sweep(s_values, scale: str, store: str | None = None) -> tuple[dict, dict]:
@@ -323,9 +346,11 @@ def plot_weights(runs: dict, s_values) -> tuple:
             weight_heatmap(np.array(row["weights"][which]), ax=axes[r, c],
                            title=f"{'FE' if which == 'alpha' else 'CLS'} ({which}), s={s}, round {row['round']}")
         a, b = np.array(logged[-1]["weights"]["alpha"]), np.array(logged[-1]["weights"]["beta"])
-        lines.append(f"s = {s}, last round: mean self-weight alpha {np.diag(a).mean():.3f}, beta {np.diag(b).mean():.3f}; "
-                     f"mean row entropy alpha {(-(a * np.log(a + 1e-12)).sum(1)).mean():.2f}, "
-                     f"beta {(-(b * np.log(b + 1e-12)).sum(1)).mean():.2f} nats")
+        lines.append(
+            f"s = {s}, last round: mean self-weight alpha {np.diag(a).mean():.3f}, beta {np.diag(b).mean():.3f}; "
+            f"mean row entropy alpha {(-(a * np.log(a + 1e-12)).sum(1)).mean():.2f}, "
+            f"beta {(-(b * np.log(b + 1e-12)).sum(1)).mean():.2f} nats"
+        )
     fig.tight_layout()
     return fig, lines
 
@@ -389,8 +414,10 @@ def plot_paper_scale(stored: dict):
             ax.scatter(*zip(*pts), marker=marker, label=f"Setting {st}, s={s}")
     lims = [75, 92]
     ax.plot(lims, lims, "k-", lw=0.8)
-    ax.fill_between(lims, [v - 2 for v in lims], [v + 2 for v in lims], color="grey", alpha=0.15, label="within 2 points")
-    ax.set_xlim(lims), ax.set_ylim(lims)
+    ax.fill_between(
+        lims, [v - 2 for v in lims], [v + 2 for v in lims], color="grey", alpha=0.15, label="within 2 points"
+    )
+    ax.set_xlim(lims[0], lims[1]), ax.set_ylim(lims[0], lims[1])
     ax.set_xlabel("paper (%)")
     ax.set_ylabel("ours, paper scale (%)")
     ax.set_title("FMNIST, committed paper-scale records")

@@ -8,12 +8,13 @@ protocol follows the official code's defaults (../shared/specs/fedmate.md, secti
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import (RUNTIME, Claim, fmt, mean_std, nested, run_all, run_grid, set_runtime,  # noqa: F401
-                                   with_seeds)
+from fedlib.studies.common import RUNTIME, Claim, fmt, mean_std, nested, run_all, run_grid, set_runtime, with_seeds  # noqa: F401
 
 TABLE1 = ["local", "fedavg_ft", "fedproto", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac", "fedmate"]
 TABLE2 = ["local", "fedavg_ft", "moon", "fedproto", "fedfa", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac",
@@ -62,17 +63,49 @@ FMNIST_CLASSES = ["T-shirt", "trouser", "pullover", "dress", "coat", "sandal", "
 # which paper column each of our datasets stands in for
 ANALOGUE = {"fmnist": ("cifar10", "CIFAR-10"), "mnist": ("emnist", "EMNIST")}
 
-SCALES = {
-    "ci": dict(clients=6, n=60, rounds=2, cls_epochs=1, epochs=1, eval_every=1, headline_seeds=[0], seeds=[0],
-               table1_cells=[("fmnist", 10), ("mnist", 10)], table2_datasets=["fmnist"], repeat=[0.25], global_test=1000),
-    "book": dict(clients=20, n=60, rounds=6, cls_epochs=1, epochs=1, eval_every=6, headline_seeds=[0, 1, 2], seeds=[0],
-                 table1_cells=[("fmnist", 10), ("fmnist", 70), ("mnist", 10)], table2_datasets=["fmnist"],
-                 repeat=[0.1, 0.5], global_test=1000),
-    "paper": dict(clients=20, n=600, rounds=200, cls_epochs=1, epochs=5, eval_every=10, headline_seeds=[0, 1, 2],
-                  seeds=[0, 1, 2],
-                  table1_cells=[("fmnist", 10), ("fmnist", 30), ("fmnist", 50), ("fmnist", 70), ("mnist", 10),
-                                ("mnist", 70)], table2_datasets=["fmnist", "mnist"], repeat=[0.1, 0.25, 0.35, 0.5],
-                  global_test=None),
+SCALES: dict[str, dict[str, Any]] = {
+    "ci": dict(
+        clients=6,
+        n=60,
+        rounds=2,
+        cls_epochs=1,
+        epochs=1,
+        eval_every=1,
+        headline_seeds=[0],
+        seeds=[0],
+        table1_cells=[("fmnist", 10), ("mnist", 10)],
+        table2_datasets=["fmnist"],
+        repeat=[0.25],
+        global_test=1000,
+    ),
+    "book": dict(
+        clients=20,
+        n=60,
+        rounds=6,
+        cls_epochs=1,
+        epochs=1,
+        eval_every=6,
+        headline_seeds=[0, 1, 2],
+        seeds=[0],
+        table1_cells=[("fmnist", 10), ("fmnist", 70), ("mnist", 10)],
+        table2_datasets=["fmnist"],
+        repeat=[0.1, 0.5],
+        global_test=1000,
+    ),
+    "paper": dict(
+        clients=20,
+        n=600,
+        rounds=200,
+        cls_epochs=1,
+        epochs=5,
+        eval_every=10,
+        headline_seeds=[0, 1, 2],
+        seeds=[0, 1, 2],
+        table1_cells=[("fmnist", 10), ("fmnist", 30), ("fmnist", 50), ("fmnist", 70), ("mnist", 10), ("mnist", 70)],
+        table2_datasets=["fmnist", "mnist"],
+        repeat=[0.1, 0.25, 0.35, 0.5],
+        global_test=None,
+    ),
 }
 
 
@@ -94,8 +127,11 @@ def config(method: str, dataset: str, scale: str, s: float | None = None, shards
         part = {"name": "skew", "s": s, "n": sc["n"], "k": 3}
     if repeat:
         part["repeat"] = repeat
-    hp = {"fedmate": {"cls_epochs": sc["cls_epochs"]}, "fedrep": {"head_epochs": sc["cls_epochs"], "body_epochs": sc["epochs"]},
-          "fedpac": {"head_epochs": sc["cls_epochs"]}}.get(method, {})
+    hp = {
+        "fedmate": {"cls_epochs": sc["cls_epochs"]},
+        "fedrep": {"head_epochs": sc["cls_epochs"], "body_epochs": sc["epochs"]},
+        "fedpac": {"head_epochs": sc["cls_epochs"]},
+    }.get(method, {})
     hp.update(hyper or {})
     return make_config(method=method, dataset=dataset, partition=part, num_clients=sc["clients"], rounds=sc["rounds"],
                        local_epochs=sc["epochs"], batch_size=50, lr=0.01, momentum=0.5, weight_decay=5e-4,
@@ -116,17 +152,21 @@ def verdicts(table1: dict, table2: dict, repeat: dict | None, cft: dict | None, 
     wins = []
     for cell, rows in table1.items():
         acc = {r: 100 * mean_std(recs, "personal_global_acc")[0] for r, recs in rows.items() if r in TABLE1}
-        wins.append((cell, max(acc, key=acc.get), acc))
+        wins.append((cell, max(acc, key=acc.__getitem__), acc))
     best_cells = [c for c, b, _ in wins if b == "fedmate"]
     worst = min(wins, key=lambda w: w[2]["fedmate"] - w[2][w[1]])
-    claims.append(Claim("FedMate generalizes best: highest accuracy of the personalized models on a balanced test (Table 1)",
-                        "best in 7 of 8 columns (FedPAC wins CINIC-10 s=10)",
-                        f"best in {len(best_cells)} of {len(wins)} cells; largest shortfall {worst[0][0].upper()} s={worst[0][1]}: "
-                        f"FedMate {worst[2]['fedmate']:.2f} vs {LABELS[worst[1]]} {worst[2][worst[1]]:.2f}",
-                        len(best_cells) == len(wins)))
+    claims.append(
+        Claim(
+            "FedMate generalizes best: highest accuracy of the personalized models on a balanced test (Table 1)",
+            "best in 7 of 8 columns (FedPAC wins CINIC-10 s=10)",
+            f"best in {len(best_cells)} of {len(wins)} cells; largest shortfall {worst[0][0].upper()} s={worst[0][1]}: "
+            f"FedMate {worst[2]['fedmate']:.2f} vs {LABELS[worst[1]]} {worst[2][worst[1]]:.2f}",
+            len(best_cells) == len(wins),
+        )
+    )
     for ds, rows in table2.items():
         acc = {m: 100 * mean_std(recs, "personal_local_acc")[0] for m, recs in rows.items()}
-        best = max(acc, key=acc.get)
+        best = max(acc, key=acc.__getitem__)
         claims.append(Claim(f"FedMate adapts best to local data (Table 2, {ds.upper()})",
                             "CIFAR-10 92.18 vs FedPAC 91.71, FedRep 91.45",
                             f"FedMate {acc['fedmate']:.2f}; best {LABELS[best]} {acc[best]:.2f}", best == "fedmate"))
@@ -136,27 +176,39 @@ def verdicts(table1: dict, table2: dict, repeat: dict | None, cft: dict | None, 
         if all(r in acc for r in ABLATION):
             ok.append(acc["+MPS+CFT"] > acc["Backbone"] and acc["+CCI+CCF"] > acc["Backbone"] and
                       acc["fedmate"] >= max(acc["+MPS+CFT"], acc["+CCI+CCF"]))
-            text.append(f"{cell[0].upper()} s={cell[1]}: " + " / ".join(f"{acc[r]:.2f}" for r in (*ABLATION, "fedmate")))
+            text.append(
+                f"{cell[0].upper()} s={cell[1]}: " + " / ".join(f"{acc[r]:.2f}" for r in (*ABLATION, "fedmate"))
+            )
     if ok:
-        claims.append(Claim("each pair of modules improves on the backbone and all four together are best (Table 1 ablation)",
-                            "CIFAR-10 s=10: 39.11 / 50.17 / 52.17 / 55.05",
-                            "; ".join(text) + " (Backbone / +MPS+CFT / +CCI+CCF / FedMate)", all(ok)))
+        claims.append(
+            Claim(
+                "each pair of modules improves on the backbone and all four together are best (Table 1 ablation)",
+                "CIFAR-10 s=10: 39.11 / 50.17 / 52.17 / 55.05",
+                "; ".join(text) + " (Backbone / +MPS+CFT / +CCI+CCF / FedMate)",
+                all(ok),
+            )
+        )
     if repeat and len(next(iter(repeat.values()))) > 1:
         drops = {m: 100 * (res[min(res)][0] - res[max(res)][0]) for m, res in repeat.items()}
         claims.append(Claim("FedMate is the most robust to clients with repeated samples (Fig. 5)",
                             "CINIC-10 s=50: FedMate degrades least from 10% to 50% repeats",
                             "accuracy drop from the lowest to the highest repeat ratio: "
                             + ", ".join(f"{LABELS[m]} {d:.2f}" for m, d in drops.items()),
-                            min(drops, key=drops.get) == "fedmate"))
+                            min(drops, key=drops.__getitem__) == "fedmate"))
     if cft:
         with_, without = cft["with"], cft["without"]
         sent = lambda recs: float(np.mean([row["uploaded_per_client"] for row in recs[0]["history"]]))  # noqa: E731
         a_w, a_wo = (100 * mean_std(r, "personal_global_acc")[0] for r in (with_, without))
-        claims.append(Claim("skipping extractor uploads (CFT) saves communication without costing accuracy (Section 3.4)",
-                            "equivalent total communication cost (Appx. 2, not in our text)",
-                            f"uploaded per client and round {sent(with_):,.0f} vs {sent(without):,.0f}; accuracy "
-                            f"{a_w:.2f} vs {a_wo:.2f}", sent(with_) < sent(without) and a_w >= a_wo - 1.0,
-                            "holds here means: fewer numbers sent and accuracy within 1 point"))
+        claims.append(
+            Claim(
+                "skipping extractor uploads (CFT) saves communication without costing accuracy (Section 3.4)",
+                "equivalent total communication cost (Appx. 2, not in our text)",
+                f"uploaded per client and round {sent(with_):,.0f} vs {sent(without):,.0f}; accuracy "
+                f"{a_w:.2f} vs {a_wo:.2f}",
+                sent(with_) < sent(without) and a_w >= a_wo - 1.0,
+                "holds here means: fewer numbers sent and accuracy within 1 point",
+            )
+        )
     return claims
 
 
@@ -167,7 +219,8 @@ REPEAT_METHODS = ["fedproto", "fedrep", "fedpac", "fedmate"]
 
 
 def balanced_test(scale: str) -> str:
-    return f"each client's personalized model on the balanced test set ({scale_info(scale)['global_test'] or 'all'} images)"
+    size = scale_info(scale)["global_test"] or "all"
+    return f"each client's personalized model on the balanced test set ({size} images)"
 
 
 def _table1_config(row: str, cell, scale: str, seed: int) -> Config:
@@ -190,7 +243,7 @@ def table1(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     table = nested(runs)
     rows = []
     for r in names:
-        row = {"method": LABELS.get(r, r)}
+        row: dict[str, Any] = {"method": LABELS.get(r, r)}
         for (ds, s) in sc["table1_cells"]:
             key, name = ANALOGUE[ds]
             row[f"{ds.upper()} s={s}"] = fmt(mean_std(table[(ds, s)][r], "personal_global_acc"))
@@ -201,7 +254,9 @@ def table1(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
 
 def table2_grid(scale: str) -> dict:
     sc = scale_info(scale)
-    return {(ds, m): with_seeds(config(m, ds, scale, shards=3), sc["seeds"]) for ds in sc["table2_datasets"] for m in TABLE2}
+    return {
+        (ds, m): with_seeds(config(m, ds, scale, shards=3), sc["seeds"]) for ds in sc["table2_datasets"] for m in TABLE2
+    }
 
 
 def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
@@ -212,7 +267,7 @@ def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     table = nested(runs)
     rows = []
     for m in TABLE2:
-        row = {"method": LABELS[m]}
+        row: dict[str, Any] = {"method": LABELS[m]}
         for ds in sc["table2_datasets"]:
             row[f"{ds.upper()}"] = fmt(mean_std(table[ds][m], "personal_local_acc"))
         row["paper CIFAR-10"], row["paper CINIC-10"] = PAPER_T2[m][0], PAPER_T2[m][1]
@@ -311,8 +366,14 @@ def communication(scale: str, store: str | None = None) -> tuple[list[dict], dic
     """Appx. 2: FedMate with CFT (x = 0.05) against FedMate sending the extractor every round (FMNIST, s = 10).
     Returns (rows, {"with"|"without": records})."""
     runs = run_grid(communication_grid(scale), desc="CFT", progress=False, store=store)
-    rows = [{"variant": k, "uploaded / client / round": f"{np.mean([r['uploaded_per_client'] for r in v[0]['history']]):,.0f}",
-             "accuracy": fmt(mean_std(v, "personal_global_acc"))} for k, v in runs.items()]
+    rows = [
+        {
+            "variant": k,
+            "uploaded / client / round": f"{np.mean([r['uploaded_per_client'] for r in v[0]['history']]):,.0f}",
+            "accuracy": fmt(mean_std(v, "personal_global_acc")),
+        }
+        for k, v in runs.items()
+    ]
     return rows, runs
 
 

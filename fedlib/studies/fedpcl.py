@@ -5,6 +5,8 @@ Paper numbers are transcribed from Tan et al. (NeurIPS 2022), Tables 1, 2, 4, 5 
 """
 from __future__ import annotations
 
+from typing import Any
+
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
 from fedlib.studies.common import RUNTIME, fmt, mean_std, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
@@ -21,7 +23,7 @@ LABELS = {"fedavg": "FedAvg", "pfedme": "pFedMe", "perfedavg": "Per-FedAvg", "fe
           "fedproto": "FedProto", "local": "Solo", "fedpcl": "FedPCL"}
 
 # Table 2: method -> {"s"|"m": (MNIST, MNIST-M, Synth, Avg over 5 domains, communicated params)}
-PAPER_T2 = {
+PAPER_T2: dict[str, Any] = {
     "fedavg": {"s": (70.65, 29.33, 32.90, 44.04, 133632), "m": (71.68, 33.70, 37.35, 46.83, 395776)},
     "pfedme": {"s": (71.13, 25.25, 36.25, 43.00, 133632), "m": (67.45, 31.80, 33.55, 42.78, 395776)},
     "perfedavg": {"s": (52.68, 24.38, 29.05, 35.21, 133632), "m": (56.03, 30.98, 34.90, 39.30, 395776)},
@@ -32,13 +34,16 @@ PAPER_T2 = {
 }
 PAPER_T5 = {"ce": 32.98, "ce_protodist": 43.94, "supcon": 42.18, "pcl": 45.22}
 PAPER_T6 = {  # prototypes used -> (feature shift, label shift, feature & label shift)
-    "global only": (54.69, 44.75, 43.79), "local only": (55.01, 44.52, 43.08), "global and local": (55.34, 45.35, 45.22)}
+    "global only": (54.69, 44.75, 43.79),
+    "local only": (55.01, 44.52, 43.08),
+    "global and local": (55.34, 45.35, 45.22),
+}
 PAPER_T4_DIGIT5 = {"[ResNet18-QuickDraw, -Aircraft, -Birds]": 42.87, "[MLP, AlexNet, VGG11 (ImageNet)]": 55.80,
                    "[tiny, small, base ViT (ImageNet)]": 40.96}
 PAPER_T1 = {"from scratch (ResNet18)": ("11M", 0.95, 31.75), "1 pre-trained model": ("0.13M", 0.31, 38.65),
             "3 pre-trained models": ("0.40M", 0.64, 40.47)}
 
-SCALES = {
+SCALES: dict[str, dict[str, Any]] = {
     "ci": dict(n_train=60, n_test=30, rounds=2, headline_seeds=[0], seeds=[0], sweep_seeds=[0], clients=[5, 10, 20]),
     "book": dict(n_train=400, n_test=200, rounds=6, headline_seeds=[0, 1, 2], seeds=[0, 1], sweep_seeds=[0],
                  clients=[5, 20, 80]),
@@ -65,12 +70,26 @@ def config(method: str, setting: str, backbones, scale: str, seed: int = 0, hype
     """FedPCL Section 5.1: Adam lr 1e-3, weight decay 1e-4, batch 32, E = 1, tau = 0.07."""
     sc = scale_info(scale)
     spec, clients = SETTINGS[setting]
-    return make_config(method=method, dataset="digit4", data_options={"n_train": sc["n_train"], "n_test": sc["n_test"]},
-                       backbones=list(backbones) if backbones else None, partition=dict(partition or spec),
-                       num_clients=num_clients or clients, rounds=rounds or sc["rounds"], local_epochs=1,
-                       batch_size=32, lr=1e-3, optimizer="adam", weight_decay=1e-4, eval_every=max(1, (rounds or sc["rounds"]) // 5),
-                       hyper=dict(hyper or {}), seed=seed, model=model, device=RUNTIME["device"],
-                       executor=RUNTIME["executor"])
+    return make_config(
+        method=method,
+        dataset="digit4",
+        data_options={"n_train": sc["n_train"], "n_test": sc["n_test"]},
+        backbones=list(backbones) if backbones else None,
+        partition=dict(partition or spec),
+        num_clients=num_clients or clients,
+        rounds=rounds or sc["rounds"],
+        local_epochs=1,
+        batch_size=32,
+        lr=1e-3,
+        optimizer="adam",
+        weight_decay=1e-4,
+        eval_every=max(1, (rounds or sc["rounds"]) // 5),
+        hyper=dict(hyper or {}),
+        seed=seed,
+        model=model,
+        device=RUNTIME["device"],
+        executor=RUNTIME["executor"],
+    )
 
 
 # ---------------------------------------------------------------------- claims of the paper
@@ -85,12 +104,18 @@ def verdicts(table2: dict, alpha_res: dict | None = None, client_res: dict | Non
     acc = {k: 100 * mean_std(v)[0] for k, v in table2.items()}
     claims = []
     multi = {m: acc[("m", m)] for (bb, m) in table2 if bb == "m"}
-    best = max(multi, key=multi.get)
-    claims.append(Claim(
-        "FedPCL has the best average accuracy under feature shift with several backbones (Table 2)",
-        "Digit-5, m: FedPCL 55.34 vs FedProto 54.71, FedRep 49.61, FedAvg 46.83",
-        f"FedPCL {multi['fedpcl']:.2f}; best {LABELS[best]} {multi[best]:.2f}", best == "fedpcl",
-        f"with the InfoNCE denominators FedPCL reaches {fmt(mean_std(infonce))} over {len(infonce)} seeds" if infonce else ""))
+    best = max(multi, key=multi.__getitem__)
+    claims.append(
+        Claim(
+            "FedPCL has the best average accuracy under feature shift with several backbones (Table 2)",
+            "Digit-5, m: FedPCL 55.34 vs FedProto 54.71, FedRep 49.61, FedAvg 46.83",
+            f"FedPCL {multi['fedpcl']:.2f}; best {LABELS[best]} {multi[best]:.2f}",
+            best == "fedpcl",
+            f"with the InfoNCE denominators FedPCL reaches {fmt(mean_std(infonce))} over {len(infonce)} seeds"
+            if infonce
+            else "",
+        )
+    )
     gain = acc[("m", "fedpcl")] - acc[("s", "fedpcl")]
     claims.append(Claim(
         "several backbones beat one, by about 1-4 points for FedPCL (Table 2)",
@@ -190,10 +215,10 @@ def backbone_checks(data) -> tuple[list[dict], list[dict]]:
     digits = []
     for ds, (cls, size) in {"mnist": (M.MNISTNet, 28), "usps": (M.USPSNet, 16), "svhn": (M.SVHNNet, 32)}.items():
         net = cls(input_size=size)
-        net.load_state_dict(torch.load(resource_files("ccexam") / "weights" / f"{ds}.pth", map_location="cpu",
+        net.load_state_dict(torch.load(str(resource_files("ccexam") / "weights" / f"{ds}.pth"), map_location="cpu",
                                        weights_only=True))
         net.eval()
-        row = {"ccexam classifier": ds.upper()}
+        row: dict[str, Any] = {"ccexam classifier": ds.upper()}
         for d, name in enumerate(DOMAINS):
             m = data.test_domain == d
             with torch.no_grad():
@@ -224,7 +249,7 @@ def table2_rows(runs: dict) -> list[dict]:
     rows = []
     for (bb, m), recs in runs.items():
         per_client = np.array([r["final"]["personal_local_acc_clients"] for r in recs]) * 100  # seeds x domains
-        row = {"BB": bb, "method": LABELS[m]}
+        row: dict[str, Any] = {"BB": bb, "method": LABELS[m]}
         for d, name in enumerate(DOMAINS):
             row[DOMAIN_LABELS[name]] = f"{per_client[:, d].mean():.2f} ({per_client[:, d].std():.2f})"
         row["avg (4 domains)"] = fmt(mean_std(recs))
@@ -257,7 +282,7 @@ def label_shift(scale: str, store: str | None = None) -> tuple[dict, dict, dict]
     and FedAvg against the number of clients (alpha = 1). Returns ({method: {alpha: ms}}, {method: {clients: ms}},
     every run)."""
     runs = run_grid(label_shift_grid(scale), desc="label shift", progress=False, store=store)
-    by = {"alpha": {}, "clients": {}}
+    by: dict[str, dict] = {"alpha": {}, "clients": {}}
     for (kind, m, x), recs in runs.items():
         by[kind].setdefault(m, {})[x] = mean_std(recs)
     return by["alpha"], by["clients"], runs
@@ -323,9 +348,10 @@ def table6(scale: str, store: str | None = None) -> tuple[list[dict], dict, dict
     """Table 6 analogue: global and/or local prototypes in each setting. Returns (rows, {variant: {setting:
     ms}}, runs)."""
     runs = run_grid(table6_grid(scale), desc="Table 6", progress=False, store=store)
-    t6, rows = {}, []
+    t6: dict[str, dict] = {}
+    rows = []
     for label in VARIANTS_T6:
-        row = {"prototypes": label}
+        row: dict[str, Any] = {"prototypes": label}
         t6[label] = {}
         for k, setting in enumerate(SETTINGS):
             t6[label][setting] = mean_std(runs[(label, setting)])
@@ -408,8 +434,12 @@ def table1(table2_runs: dict, scale: str) -> tuple[list[dict], list]:
 def reading_grid(scale: str) -> dict:
     """FedPCL under feature shift (three backbones) as printed and with the InfoNCE denominators (a reading check)."""
     seeds = scale_info(scale)["headline_seeds"]
-    return {loss: with_seeds(config("fedpcl", "feature shift", MULTI, scale, hyper={} if loss == "pcl" else {"loss": loss}),
-                             seeds) for loss in ("pcl", "pcl_infonce")}
+    return {
+        loss: with_seeds(
+            config("fedpcl", "feature shift", MULTI, scale, hyper={} if loss == "pcl" else {"loss": loss}), seeds
+        )
+        for loss in ("pcl", "pcl_infonce")
+    }
 
 
 def paper_scale_grid() -> dict:
@@ -432,10 +462,12 @@ DOMAIN_NOTES = {
     "mnistm": "MNIST-M-style is a reconstruction with other photographs as backgrounds (not BSDS500): other images",
     "synth": "SynthDigits-style is rendered with Debian's fonts and backgrounds: other images",
 }
-FEDPCL_NOTE = ("its accuracy is best after about ten rounds and falls afterwards, with either term alone as well; with the "
-               "positive prototype also in the denominators of Eq. 8-9 (the InfoNCE form) it keeps its accuracy and ends "
-               "level with the baselines (the reading check below). Our reading as printed (negatives only: a term that "
-               "keeps falling after a sample is classified) is the cause; the paper does not say which form its code uses")
+FEDPCL_NOTE = (
+    "its accuracy is best after about ten rounds and falls afterwards, with either term alone as well; with the "
+    "positive prototype also in the denominators of Eq. 8-9 (the InfoNCE form) it keeps its accuracy and ends "
+    "level with the baselines (the reading check below). Our reading as printed (negatives only: a term that "
+    "keeps falling after a sample is classified) is the cause; the paper does not say which form its code uses"
+)
 
 
 def _per_domain(records: list[dict]):
@@ -455,7 +487,7 @@ def paper_scale_rows(stored: dict) -> list[dict]:
     rows = []
     for (bb, m), cell in stored.items():
         recs = cell["records"]
-        row = {"BB": bb, "method": LABELS[m], "seeds": len(recs),
+        row: dict[str, Any] = {"BB": bb, "method": LABELS[m], "seeds": len(recs),
                "ours avg (digit4, 4 domains)": fmt(mean_std(recs)) if recs else "-",
                "paper avg (Digit-5, 5 domains)": PAPER_T2[m][bb][3]}
         per = _per_domain(recs) if recs else {}

@@ -8,12 +8,13 @@ analogue: no 100- or 200-class dataset is available without a download.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import (RUNTIME, Claim, fmt, mean_std, run_all, run_grid, set_runtime,  # noqa: F401
-                                   with_seeds)
+from fedlib.studies.common import RUNTIME, Claim, fmt, mean_std, run_all, run_grid, set_runtime, with_seeds  # noqa: F401
 
 METHODS = ["apfl", "fedrep", "fedprox", "fedproto", "fedrod", "fedphp", "fedavg", "fedic", "creff", "fedprp"]
 LABELS = {"apfl": "APFL", "fedrep": "FedRep", "fedprox": "FedProx", "fedproto": "FedProto", "fedrod": "FedRoD",
@@ -36,7 +37,7 @@ PAPER_T1 = {
                "fedavg": 62.11, "fedic": 64.05, "creff": 64.94, "fedprp": 82.58},
 }
 # Table II: A_glo (%), Dirichlet, CIFAR-10: (alpha, gamma) -> method -> value
-PAPER_T2 = {
+PAPER_T2: dict[tuple[float, float], dict[str, float]] = {
     (0.4, 0.1): {"apfl": 43.27, "fedrep": 44.48, "fedprox": 43.26, "fedproto": 32.33, "fedrod": 51.60, "fedphp": 49.51,
                  "fedavg": 43.44, "fedic": 57.01, "creff": 53.75, "fedprp": 60.71},
     (0.4, 0.5): {"apfl": 57.51, "fedrep": 56.10, "fedprox": 56.21, "fedproto": 34.63, "fedrod": 60.79, "fedphp": 53.71,
@@ -55,7 +56,8 @@ PAPER_T5 = {
     (0.05, 0.1): {"apfl": 54.28, "fedrep": 57.14, "fedprox": 53.68, "fedproto": 54.07, "fedavg": 59.38, "fedic": 66.02,
                   "creff": 64.78, "fedprp": 74.66},
 }
-# Table III: A_glo (%), CIFAR-10, gamma = 0.05, 20 clients / 8 per round: partition -> method -> (All, Many, Medium, Few, Average)
+# Table III: A_glo (%), CIFAR-10, gamma = 0.05, 20 clients / 8 per round:
+# partition -> method -> (All, Many, Medium, Few, Average)
 PAPER_T3 = {
     "shards": {"apfl": (45.62, 40.93, 36.68, 35.71, 37.77), "fedrep": (50.77, 46.77, 38.83, 39.94, 41.85),
                "fedprox": (47.59, 41.42, 37.95, 37.85, 39.07), "fedproto": (65.41, 54.94, 59.03, 46.13, 53.37),
@@ -75,7 +77,7 @@ PAPER_T8 = {"baseline (CE only)": (False, False, 60.95, 60.83), "w/o L_ID": (Fal
             "w/o L_IC": (True, False, 73.54, 72.83), "FedPRP": (True, True, 79.73, None)}
 PAPER_BETA = "Fig. 7: beta = 0.9 above beta = 0.1 (CIFAR-100 Many +6.89)"
 
-SCALES = {
+SCALES: dict[str, dict[str, Any]] = {
     # clients, per-round fraction, per-class cap before the long tail, rounds, FedPRP s + t epochs,
     # evaluation cadence, number of evaluations averaged (the paper: last 10 rounds)
     "ci": dict(clients=10, fraction=0.4, per_class=100, rounds=2, head=1, body=1, eval_every=1, last=1,
@@ -91,8 +93,11 @@ SCALES = {
 }
 SERVER_PER_CLASS = {"ci": 10, "book": 20, "paper": 100}
 # the second dataset is a check on the first: fewer seeds below paper scale
-DATASET_SEEDS = {"ci": {"fmnist": [0], "mnist": [0]}, "book": {"fmnist": [0, 1], "mnist": [0]},
-                 "paper": {"fmnist": [0, 1, 2], "mnist": [0, 1, 2]}}   # FEDIC's auxiliary set (the official code: 1,000 of 50,000)
+DATASET_SEEDS = {
+    "ci": {"fmnist": [0], "mnist": [0]},
+    "book": {"fmnist": [0, 1], "mnist": [0]},
+    "paper": {"fmnist": [0, 1, 2], "mnist": [0, 1, 2]},
+}  # FEDIC's auxiliary set (the official code: 1,000 of 50,000)
 HEADLINE_SEEDS = {"ci": [0], "book": [0, 1, 2], "paper": [0, 1, 2]}   # Table I (shards), both datasets
 METRICS = ["fedprp", "class_groups", "own_classes"]
 
@@ -115,8 +120,19 @@ def partition(kind: str, gamma: float, scale: str, value=None, method: str | Non
     return spec
 
 
-def config(method: str, dataset: str, kind: str, gamma: float, scale: str, seed: int = 0, value=None,
-           hyper: dict | None = None, late: bool = False, clients: int | None = None, fraction: float | None = None) -> Config:
+def config(
+    method: str,
+    dataset: str,
+    kind: str,
+    gamma: float,
+    scale: str,
+    seed: int = 0,
+    value=None,
+    hyper: dict | None = None,
+    late: bool = False,
+    clients: int | None = None,
+    fraction: float | None = None,
+) -> Config:
     """FedPRP Section V-A: SGD lr 0.01 (momentum 0.5, weight decay 1e-4: the official code), batch 32,
     t + s local epochs for every method; personalized metrics over the round's participants."""
     sc = scale_info(scale)
@@ -155,12 +171,14 @@ def verdicts(table1: dict, table2: dict, table5: dict, table3: dict | None, abla
     round, ``beta``: {beta: records}."""
     val = lambda recs, metric: 100 * last(recs, metric, scale)[0]  # noqa: E731
     claims = []
-    for name, table, metric, paper in (("A_loc under sharding (Table I)", table1, "a_loc", "74.28 vs FEDIC 60.11 (s=4, gamma=0.1)"),
-                                       ("A_glo under Dirichlet skew (Table II)", table2, "a_glo", "60.71 vs FEDIC 57.01 (alpha=0.4, gamma=0.1)"),
-                                       ("A_sel under Dirichlet skew (Table V)", table5, "a_sel", "60.65 vs FEDIC 60.26 (alpha=0.4, gamma=0.1)")):
+    for name, table, metric, paper in (
+        ("A_loc under sharding (Table I)", table1, "a_loc", "74.28 vs FEDIC 60.11 (s=4, gamma=0.1)"),
+        ("A_glo under Dirichlet skew (Table II)", table2, "a_glo", "60.71 vs FEDIC 57.01 (alpha=0.4, gamma=0.1)"),
+        ("A_sel under Dirichlet skew (Table V)", table5, "a_sel", "60.65 vs FEDIC 60.26 (alpha=0.4, gamma=0.1)"),
+    ):
         scores = {m: val(r, metric) for m, r in table.items()}
-        best = max(scores, key=scores.get)
-        runner = max((m for m in scores if m != "fedprp"), key=scores.get)
+        best = max(scores, key=scores.__getitem__)
+        runner = max((m for m in scores if m != "fedprp"), key=scores.__getitem__)
         claims.append(Claim(f"FedPRP has the best {name}", paper,
                             f"FedPRP {scores['fedprp']:.2f}; best other {LABELS[runner]} {scores[runner]:.2f}",
                             best == "fedprp"))
@@ -190,10 +208,14 @@ def verdicts(table1: dict, table2: dict, table5: dict, table3: dict | None, abla
                             "A_loc " + " / ".join(f"{row} {a:.2f}" for row, (a, _) in v.items()), ok))
     if new_clients:
         best_loc = max(new_clients, key=lambda m: new_clients[m][0])
-        claims.append(Claim("new clients do best with FedPRP after one round (Table VII)",
-                            "A_loc 77.89 vs FedProx 66.36",
-                            f"FedPRP {new_clients['fedprp'][0]:.2f}; best {LABELS[best_loc]} {new_clients[best_loc][0]:.2f}",
-                            best_loc == "fedprp"))
+        claims.append(
+            Claim(
+                "new clients do best with FedPRP after one round (Table VII)",
+                "A_loc 77.89 vs FedProx 66.36",
+                f"FedPRP {new_clients['fedprp'][0]:.2f}; best {LABELS[best_loc]} {new_clients[best_loc][0]:.2f}",
+                best_loc == "fedprp",
+            )
+        )
     if beta and 0.1 in beta and 0.9 in beta:
         b = {k: val(r, "a_glo") for k, r in beta.items()}
         claims.append(Claim("a slow prototype average (beta = 0.9) beats a fast one (beta = 0.1) (Fig. 7)", PAPER_BETA,
@@ -235,7 +257,7 @@ def table1_rows(runs: dict, scale: str) -> list[dict]:
     datasets = scale_info(scale)["datasets"]
     rows = []
     for m in METHODS:
-        row = {"method": LABELS[m]}
+        row: dict[str, Any] = {"method": LABELS[m]}
         for ds in datasets:
             row[f"{ds.upper()}-LT A_loc"] = _fmt_last(runs[(ds, "shards", m)], "a_loc", scale)
         key = "personal_own_acc@restricted" if m == "fedprp" else "personal_own_acc"
@@ -250,7 +272,7 @@ def table2_rows(runs: dict, scale: str) -> list[dict]:
     datasets = scale_info(scale)["datasets"]
     rows = []
     for m in METHODS:
-        row = {"method": LABELS[m]}
+        row: dict[str, Any] = {"method": LABELS[m]}
         for ds in datasets:
             row[f"{ds.upper()}-LT A_glo"] = _fmt_last(runs[(ds, "dirichlet", m)], "a_glo", scale)
         row["paper A_glo"] = PAPER_T2[(0.4, 0.1)][m]
@@ -404,9 +426,15 @@ def plot_features(scale: str, methods=("fedavg", "fedprp"), clients: int = 5):
 def cost_rows(runs: dict, scale: str) -> list[dict]:
     """Cf. Table VI: seconds per round and numbers uploaded per client per round (Dirichlet, first dataset)."""
     ds = scale_info(scale)["datasets"][0]
-    return [{"method": LABELS[m], "s / round (ours)": round(time_per_round(runs[(ds, "dirichlet", m)]), 2),
-             "uploaded numbers / client / round": f"{int(runs[(ds, 'dirichlet', m)][0]['final']['uploaded_per_client']):,}"}
-            for m in METHODS]
+    return [
+        {
+            "method": LABELS[m],
+            "s / round (ours)": round(time_per_round(runs[(ds, "dirichlet", m)]), 2),
+            "uploaded numbers / client / round":
+                f"{int(runs[(ds, 'dirichlet', m)][0]['final']['uploaded_per_client']):,}",
+        }
+        for m in METHODS
+    ]
 
 
 def paper_scale_grid() -> dict:

@@ -53,5 +53,14 @@ def headline(chapter: str, summary: dict):
 def claims_table(summary: dict):
     import pandas as pd
 
-    return pd.DataFrame([{"claim": c["claim"], "paper": c["paper"], "ours": c["ours"] + (f" ({c['note']})" if c["note"] else ""),
-                          "verdict": VERDICT[c["holds"]]} for c in summary.get("claims", [])])
+    return pd.DataFrame(
+        [
+            {
+                "claim": c["claim"],
+                "paper": c["paper"],
+                "ours": c["ours"] + (f" ({c['note']})" if c["note"] else ""),
+                "verdict": VERDICT[c["holds"]],
+            }
+            for c in summary.get("claims", [])
+        ]
+    )

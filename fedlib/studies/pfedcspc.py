@@ -8,12 +8,13 @@ analogue and are not substituted.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import (RUNTIME, Claim, fmt, mean_std, nested, run_all, run_grid, set_runtime,  # noqa: F401
-                                   with_seeds)
+from fedlib.studies.common import RUNTIME, Claim, fmt, mean_std, nested, run_all, run_grid, set_runtime, with_seeds  # noqa: F401
 
 # Table II: global-model methods (their "Local" is the global model fine-tuned on each client, the paper's
 # FedAvg row has Local = FedAvg-FT's I_local) and the methods with personalised models
@@ -26,7 +27,7 @@ LABELS = {"fedavg": "FedAvg", "moon": "MOON", "feddc": "FedDC", "fedntd": "FedNT
           "fedperpp": "FedPer++ (assumed form)", "ditto": "Ditto", "fedfomo": "FedFomo", "fedala": "FedALA",
           "fedprox": "FedProx"}
 
-PAPER_T2 = {  # method -> CIFAR-10 (Global, Local, HM)
+PAPER_T2: dict[str, Any] = {  # method -> CIFAR-10 (Global, Local, HM)
     "fedavg": (66.78, 64.13, 65.43), "moon": (69.04, 63.49, 66.14), "feddc": (69.13, 63.23, 66.05),
     "fedntd": (68.89, 61.75, 65.12), "fedasam": (68.48, 64.63, 66.50), "fedproc": (69.18, 65.57, 67.32),
     "feddecorr": (68.66, 65.81, 67.20), "ccvr": (68.56, 63.54, 65.95), "fedsoup": (68.74, 66.37, 67.53),
@@ -39,7 +40,7 @@ PAPER_T3 = {"fedavg": 63.17, "fedavg_ft": 64.13, "lg_fedavg": 58.92, "fedperpp":
 # prediction (variant "net"). Reading: PMI stays on (it is part of how clients train; the last row is the
 # full method, whose number is Table II's).
 _OFF = dict(calibrate=False, augment=False, align=False, kp=False, pmi=False)
-ABLATION_RUNS = {  # run name -> pFedCSPC switches
+ABLATION_RUNS: dict[str, dict[str, Any]] = {  # run name -> pFedCSPC switches
     "TPG+CA": dict(prototypes="tpg", calibrate=True, augment=False, align=False, kp=False, pmi=True),
     "CPM+CA": dict(calibrate=True, augment=False, align=False, kp=False, pmi=True),
     "PTA+CPM+CA": dict(calibrate=True, augment=False, align=True, kp=True, pmi=True),
@@ -77,17 +78,65 @@ ANALOGUE = {"fmnist": "CIFAR-10", "mnist": "CIFAR-10 (second column)", "digits":
 # chance for 8 rounds of 2 epochs at the paper's 0.01 on 500 images per class), the server calibration and
 # FedETF's local adaptation are shortened, the model is evaluated every other round, and kappa = 0.1 (in the
 # paper's tuning set {0.01, 0.05, 0.1, 0.5}): at lr 0.05 the default 0.5 made the loss NaN in round 7.
-SCALES = {
-    "ci": dict(datasets=["digits"], clients=6, per_class=None, rounds=2, epochs=1, lr=0.05, eval_every=1, seeds=[0],
-               headline_seeds=[0], main_seeds=[0], server_epochs=2, etf_rounds=1, global_test=None, fig6=[(1, 5)], clusters=[1],
-               betas=[0.5], model="cnn_cspc"),
-    "book": dict(datasets=["fmnist"], clients=10, per_class=300, rounds=8, epochs=1, lr=0.03, eval_every=2, seeds=[0],
-                 headline_seeds=[0, 1, 2], main_seeds=[0], server_epochs=5, etf_rounds=2, kappa=0.1, global_test=2000, fig6=[(1, 5), (5, 1)],
-                 clusters=[1], betas=[0.5], model="cnn_cspc"),
-    "paper": dict(datasets=["fmnist", "mnist"], clients=10, per_class=None, rounds=100, epochs=10, lr=0.01, eval_every=1,
-                  seeds=[0, 1, 2], headline_seeds=[0, 1, 2], main_seeds=[0, 1, 2], server_epochs=100, etf_rounds=20, global_test=None,
-                  fig6=[(r, a) for r in (1, 5) for a in (1, 2, 4, 8)], clusters=[1, 3, 5], betas=[0.1, 0.5],
-                  model="cnn_cspc"),
+SCALES: dict[str, dict[str, Any]] = {
+    "ci": dict(
+        datasets=["digits"],
+        clients=6,
+        per_class=None,
+        rounds=2,
+        epochs=1,
+        lr=0.05,
+        eval_every=1,
+        seeds=[0],
+        headline_seeds=[0],
+        main_seeds=[0],
+        server_epochs=2,
+        etf_rounds=1,
+        global_test=None,
+        fig6=[(1, 5)],
+        clusters=[1],
+        betas=[0.5],
+        model="cnn_cspc",
+    ),
+    "book": dict(
+        datasets=["fmnist"],
+        clients=10,
+        per_class=300,
+        rounds=8,
+        epochs=1,
+        lr=0.03,
+        eval_every=2,
+        seeds=[0],
+        headline_seeds=[0, 1, 2],
+        main_seeds=[0],
+        server_epochs=5,
+        etf_rounds=2,
+        kappa=0.1,
+        global_test=2000,
+        fig6=[(1, 5), (5, 1)],
+        clusters=[1],
+        betas=[0.5],
+        model="cnn_cspc",
+    ),
+    "paper": dict(
+        datasets=["fmnist", "mnist"],
+        clients=10,
+        per_class=None,
+        rounds=100,
+        epochs=10,
+        lr=0.01,
+        eval_every=1,
+        seeds=[0, 1, 2],
+        headline_seeds=[0, 1, 2],
+        main_seeds=[0, 1, 2],
+        server_epochs=100,
+        etf_rounds=20,
+        global_test=None,
+        fig6=[(r, a) for r in (1, 5) for a in (1, 2, 4, 8)],
+        clusters=[1, 3, 5],
+        betas=[0.1, 0.5],
+        model="cnn_cspc",
+    ),
 }
 
 
@@ -111,11 +160,28 @@ def config(method: str, dataset: str, scale: str, seed: int = 0, hyper: dict | N
     hp.update(hyper or {})
     if finetune is None:
         finetune = method in GLOBAL_METHODS + ["fedprox"]
-    return make_config(method=method, dataset=dataset, partition=part, num_clients=sc["clients"], fraction=fraction,
-                       rounds=sc["rounds"], local_epochs=sc["epochs"], batch_size=64, lr=sc["lr"], momentum=0.9,
-                       weight_decay=1e-5, model=sc["model"], hyper=hp, seed=seed, metrics=["generalization"], eval_every=sc["eval_every"],
-                       global_test_size=sc["global_test"], eval_finetune_epochs=1 if finetune else 0,
-                       device=RUNTIME["device"], executor=RUNTIME["executor"])
+    return make_config(
+        method=method,
+        dataset=dataset,
+        partition=part,
+        num_clients=sc["clients"],
+        fraction=fraction,
+        rounds=sc["rounds"],
+        local_epochs=sc["epochs"],
+        batch_size=64,
+        lr=sc["lr"],
+        momentum=0.9,
+        weight_decay=1e-5,
+        model=sc["model"],
+        hyper=hp,
+        seed=seed,
+        metrics=["generalization"],
+        eval_every=sc["eval_every"],
+        global_test_size=sc["global_test"],
+        eval_finetune_epochs=1 if finetune else 0,
+        device=RUNTIME["device"],
+        executor=RUNTIME["executor"],
+    )
 
 
 def ablation_config(run: str, dataset: str, scale: str, seed: int = 0, **kw) -> Config:
@@ -147,42 +213,60 @@ def verdicts(table2: dict, table3: dict, table4: dict, table5: dict, table6: dic
     claims = []
     hm = {m: 100 * mean_std(r, "hm")[0] for m, r in table2.items()}
     glob = {m: 100 * mean_std(r, "acc_global")[0] for m, r in table2.items()}
-    best = max(hm, key=hm.get)
+    best = max(hm, key=hm.__getitem__)
     claims.append(Claim("pFedCSPC has the best balance of generalization and personalization (Table II, HM)",
                         "CIFAR-10 HM 70.31 vs FedETF 69.61, GRACE 68.52",
                         f"HM pFedCSPC {hm['pfedcspc']:.2f}; best {LABELS[best]} {hm[best]:.2f}", best == "pfedcspc"))
-    gbest = max(glob, key=glob.get)
+    gbest = max(glob, key=glob.__getitem__)
     claims.append(Claim("pFedCSPC's global model is (near) the best (Table II, Global)",
                         "CIFAR-10 70.81, FedETF 70.84 the only higher",
                         f"pFedCSPC {glob['pfedcspc']:.2f}; best {LABELS[gbest]} {glob[gbest]:.2f}",
                         glob["pfedcspc"] >= glob[gbest] - 0.5, "holds here means: within 0.5 points of the best"))
     i3 = {m: 100 * mean_std(r, "i_local")[0] for m, r in table3.items()}
-    lbest = max(i3, key=i3.get)
+    lbest = max(i3, key=i3.__getitem__)
     claims.append(Claim("pFedCSPC personalizes best among the personalized-FL baselines (Table III, I_local)",
                         "CIFAR-10 69.81 vs FedFomo 67.78, FedALA 67.14",
                         f"pFedCSPC {i3['pfedcspc']:.2f}; best {LABELS[lbest]} {i3[lbest]:.2f}", lbest == "pfedcspc"))
     t4 = {r: 100 * v[0] for r, v in table4.items()}
-    claims.append(Claim("clustered prototypes beat one prototype per class (Table IV, CPM vs TPG)",
-                        "C=1.0: +CPM+CA 68.89 vs +TPG+CA 64.32; +CPM+PA+CA 69.66 vs +TPG+PA+CA 66.19",
-                        f"+CPM+CA {t4['+CPM+CA']:.2f} vs +TPG+CA {t4['+TPG+CA']:.2f}; +CPM+PA+CA {t4['+CPM+PA+CA']:.2f} "
-                        f"vs +TPG+PA+CA {t4['+TPG+PA+CA']:.2f}",
-                        t4["+CPM+CA"] > t4["+TPG+CA"] and t4["+CPM+PA+CA"] > t4["+TPG+PA+CA"]))
-    claims.append(Claim("every global component adds accuracy: Base < +CPM+CA < +PTA < +PA < +KP (Table IV)",
-                        "66.78 < 68.89 < 69.51 < 70.42 < 70.81",
-                        " / ".join(f"{t4[r]:.2f}" for r in ("Base", "+CPM+CA", "+PTA+CPM+CA", "+PTA+CPM+PA+CA",
-                                                           "+PTA+CPM+PA+CA+KP")),
-                        t4["Base"] < t4["+CPM+CA"] < t4["+PTA+CPM+CA"] < t4["+PTA+CPM+PA+CA"] <= t4["+PTA+CPM+PA+CA+KP"]))
+    claims.append(
+        Claim(
+            "clustered prototypes beat one prototype per class (Table IV, CPM vs TPG)",
+            "C=1.0: +CPM+CA 68.89 vs +TPG+CA 64.32; +CPM+PA+CA 69.66 vs +TPG+PA+CA 66.19",
+            f"+CPM+CA {t4['+CPM+CA']:.2f} vs +TPG+CA {t4['+TPG+CA']:.2f}; +CPM+PA+CA {t4['+CPM+PA+CA']:.2f} "
+            f"vs +TPG+PA+CA {t4['+TPG+PA+CA']:.2f}",
+            t4["+CPM+CA"] > t4["+TPG+CA"] and t4["+CPM+PA+CA"] > t4["+TPG+PA+CA"],
+        )
+    )
+    claims.append(
+        Claim(
+            "every global component adds accuracy: Base < +CPM+CA < +PTA < +PA < +KP (Table IV)",
+            "66.78 < 68.89 < 69.51 < 70.42 < 70.81",
+            " / ".join(
+                f"{t4[r]:.2f}" for r in ("Base", "+CPM+CA", "+PTA+CPM+CA", "+PTA+CPM+PA+CA", "+PTA+CPM+PA+CA+KP")
+            ),
+            t4["Base"] < t4["+CPM+CA"] < t4["+PTA+CPM+CA"] < t4["+PTA+CPM+PA+CA"] <= t4["+PTA+CPM+PA+CA+KP"],
+        )
+    )
     t5 = {r: 100 * v[0] for r, v in table5.items()}
-    claims.append(Claim("PMI and Align each improve personalization, on FedAvg and on FedCSPC (Table V)",
-                        "FedAvg 64.31 -> 65.12 -> 66.74; FedCSPC 66.98 -> 68.02 -> 69.81",
-                        f"FedAvg {t5['+FT_CE']:.2f} -> {t5['+PMI+FT_CE']:.2f} -> {t5['+PMI+FT_CE+Align']:.2f}; FedCSPC "
-                        f"{t5['FedCSPC +FT_CE']:.2f} -> {t5['FedCSPC +PMI+FT_CE']:.2f} -> {t5['FedCSPC +PMI+FT_CE+Align']:.2f}",
-                        t5["+FT_CE"] < t5["+PMI+FT_CE"] < t5["+PMI+FT_CE+Align"]
-                        and t5["FedCSPC +FT_CE"] < t5["FedCSPC +PMI+FT_CE"] < t5["FedCSPC +PMI+FT_CE+Align"]))
+    claims.append(
+        Claim(
+            "PMI and Align each improve personalization, on FedAvg and on FedCSPC (Table V)",
+            "FedAvg 64.31 -> 65.12 -> 66.74; FedCSPC 66.98 -> 68.02 -> 69.81",
+            f"FedAvg {t5['+FT_CE']:.2f} -> {t5['+PMI+FT_CE']:.2f} -> {t5['+PMI+FT_CE+Align']:.2f}; FedCSPC "
+            f"{t5['FedCSPC +FT_CE']:.2f} -> {t5['FedCSPC +PMI+FT_CE']:.2f} -> {t5['FedCSPC +PMI+FT_CE+Align']:.2f}",
+            t5["+FT_CE"] < t5["+PMI+FT_CE"] < t5["+PMI+FT_CE+Align"]
+            and t5["FedCSPC +FT_CE"] < t5["FedCSPC +PMI+FT_CE"] < t5["FedCSPC +PMI+FT_CE+Align"],
+        )
+    )
     gains = {b: 100 * (mean_std(w, "acc_global")[0] - mean_std(a, "acc_global")[0]) for b, (a, w) in table6.items()}
-    claims.append(Claim("pFedCSPC improves the global model of other local objectives (Table VI)",
-                        "CIFAR-10: FedProx +1.91, MOON +2.38, FedASAM +2.17",
-                        ", ".join(f"{LABELS[b]} {g:+.2f}" for b, g in gains.items()), all(g > 0 for g in gains.values())))
+    claims.append(
+        Claim(
+            "pFedCSPC improves the global model of other local objectives (Table VI)",
+            "CIFAR-10: FedProx +1.91, MOON +2.38, FedASAM +2.17",
+            ", ".join(f"{LABELS[b]} {g:+.2f}" for b, g in gains.items()),
+            all(g > 0 for g in gains.values()),
+        )
+    )
     reached = {m: r for m, r in table7.items() if r is not None}
     claims.append(Claim("pFedCSPC reaches the target accuracy in the fewest rounds (Table VII)",
                         "CIFAR-10 beta 0.5: 24 rounds vs MOON 32, FedDC / FedASAM 34, FedAvg 82",
@@ -216,7 +300,7 @@ def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     table = nested(runs)
     rows = []
     for m in TABLE2:
-        row = {"method": LABELS[m]}
+        row: dict[str, Any] = {"method": LABELS[m]}
         for ds in sc["datasets"]:
             for metric, name in (("acc_global", "Global"), ("i_local", "Local"), ("hm", "HM")):
                 row[f"{ds.upper()} {name}"] = fmt(mean_std(table[ds][m], metric))
@@ -235,8 +319,15 @@ def plot_tradeoff(table: dict, scale: str):
     markers = "os^vD<>phX*P"
     for i, m in enumerate(TABLE2):
         g, loc = (100 * mean_std(table[ds][m], k)[0] for k in ("acc_global", "i_local"))
-        ax.scatter(g, loc, s=140 if m == "pfedcspc" else 45, marker="*" if m == "pfedcspc" else markers[i % len(markers)],
-                   color=f"C{i % 10}", edgecolor="k" if m == "pfedcspc" else "none", label=LABELS[m])
+        ax.scatter(
+            g,
+            loc,
+            s=140 if m == "pfedcspc" else 45,
+            marker="*" if m == "pfedcspc" else markers[i % len(markers)],
+            color=f"C{i % 10}",
+            edgecolor="k" if m == "pfedcspc" else "none",
+            label=LABELS[m],
+        )
     ax.set_xlabel("Global: ACC_global (%)")
     ax.set_ylabel("Local: I_local (%)")
     ax.grid(alpha=0.3)
@@ -259,11 +350,11 @@ def table3(table2_: dict, scale: str, store: str | None = None) -> tuple[list[di
     sc = scale_info(scale)
     seeds = sc["main_seeds"]
     runs = run_grid(table3_grid(scale), desc="Table III", store=store)
-    table = {ds: {} for ds in sc["datasets"]}
+    table: dict[str, dict] = {ds: {} for ds in sc["datasets"]}
     table.update(nested(runs))
     rows, used = [], list(runs.values())
     for m in TABLE3:
-        row = {"method": LABELS[m]}
+        row: dict[str, Any] = {"method": LABELS[m]}
         for ds in sc["datasets"]:
             if m in ("fedavg", "fedavg_ft", "pfedcspc"):
                 recs = with_seed_in(table2_[ds]["fedavg" if m == "fedavg_ft" else m], seeds)
@@ -338,7 +429,10 @@ def table7(table2_: dict, table6_: dict, scale: str) -> tuple:
     curves = {}
     for m, recs in used.items():
         evaluated = [[row for row in r["history"] if "acc_global" in row] for r in recs]
-        curves[m] = ([row["round"] for row in evaluated[0]], np.mean([[row["acc_global"] for row in h] for h in evaluated], 0))
+        curves[m] = (
+            [row["round"] for row in evaluated[0]],
+            np.mean([[row["acc_global"] for row in h] for h in evaluated], 0),
+        )
     target = target_accuracy(with_seed_in(table2_[ds]["fedavg"], seeds))
     reached = {m: next((t for t, a in zip(*curves[m]) if a >= target), None) for m in TABLE7}
     rows = [{"method": LABELS[m], f"{ds.upper()} rounds to {100 * target:.1f}%":
@@ -353,7 +447,13 @@ def plot_curves(curves: dict, target: float, scale: str):
     ds = scale_info(scale)["datasets"][0]
     fig, ax = plt.subplots(figsize=(7, 4))
     for m, (rounds, acc) in curves.items():
-        ax.plot(rounds, 100 * acc, marker="o" if m == "pfedcspc" else None, lw=2.5 if m == "pfedcspc" else 1, label=LABELS[m])
+        ax.plot(
+            rounds,
+            100 * acc,
+            marker="o" if m == "pfedcspc" else None,
+            lw=2.5 if m == "pfedcspc" else 1,
+            label=LABELS[m],
+        )
     ax.axhline(100 * target, color="k", ls=":", lw=1)
     ax.set_xlabel("round")
     ax.set_ylabel("ACC_global (%)")
@@ -367,7 +467,10 @@ def plot_curves(curves: dict, target: float, scale: str):
 def sweeps_grid(scale: str) -> dict:
     sc = scale_info(scale)
     ds, seeds = sc["datasets"][0], sc["seeds"]
-    grid = {(r, a): with_seeds(config("pfedcspc", ds, scale, hyper={"repeats": r, "n_aug": a}), seeds) for r, a in sc["fig6"]}
+    grid = {
+        (r, a): with_seeds(config("pfedcspc", ds, scale, hyper={"repeats": r, "n_aug": a}), seeds)
+        for r, a in sc["fig6"]
+    }
     grid.update({("clusters", j): with_seeds(config("pfedcspc", ds, scale, hyper={"clusters": j}), seeds)
                  for j in sc["clusters"]})
     return grid

@@ -1,0 +1,146 @@
+"""Result records and their cache: provenance (code version, device), atomic writes, unreadable records
+set aside, one lock per config."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import fedlib
+from fedlib.errors import ConfigError
+from fedlib.experiment.config import Config
+
+
+@functools.lru_cache(maxsize=1)
+def code_version() -> str:
+    """fedlib's version and the git commit of the code this process runs, read once (a commit made while a
+    long grid runs does not relabel its later records), with "+changes" where fedlib's files differ from
+    it; FEDLIB_CODE_VERSION names the commit where the checkout has no .git (a copy of the working tree
+    sent to another machine)."""
+    if os.environ.get("FEDLIB_CODE_VERSION"):
+        return f"fedlib {fedlib.__version__} ({os.environ['FEDLIB_CODE_VERSION']})"
+    here = Path(__file__).parents[1]   # fedlib/
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
+                             timeout=5).stdout.strip()
+        changed = rev and subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=here, capture_output=True,
+                                         text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        rev, changed = "", ""
+    return f"fedlib {fedlib.__version__}" + (f" ({rev}{'+changes' if changed else ''})" if rev else "")
+
+
+def device_description(device: str) -> str:
+    if device.startswith("cuda"):
+        return f"{device} ({torch.cuda.get_device_name(device)}, torch {torch.__version__})"
+    return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__})"
+
+
+def atomic_json(path: Path, obj) -> None:
+    """Write JSON through a temporary file unique to this process, then rename it into place."""
+    from fedlib.engine.loop import atomic_write
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(obj, indent=1, default=jsonable)
+
+    def write(tmp: Path) -> None:
+        tmp.write_text(text)
+
+    atomic_write(path, write)
+
+
+def read_cached_record(path: Path) -> dict | None:
+    """A cached record, or None when there is none; an unreadable one (empty, truncated, not a record) is
+    named, moved aside and None is returned, so the run recomputes it."""
+    from fedlib.engine.loop import set_aside
+
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text())
+        if not isinstance(record, dict) or "history" not in record or not record["history"]:
+            raise ValueError("it is not a finished run's record")
+        return record
+    except (ValueError, UnicodeDecodeError) as exc:
+        moved = set_aside(path)
+        print(f"fedlib: cached record {path} could not be read ({exc}); moved to {moved.name}; recomputing",
+              file=sys.stderr)
+        return None
+
+
+@contextlib.contextmanager
+def cache_lock(path: Path):
+    """Exclusive lock of one config's cache entry: a second identical run waits for the first and then
+    reads its record instead of training again."""
+    import fcntl
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a")
+    except OSError as exc:
+        raise ConfigError(
+            "cache_dir", str(path.parent), f"a folder fedlib can create and write ({exc.strerror})"
+        ) from None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"fedlib: another process is running this config ({path.name}); waiting for it", file=sys.stderr)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def jsonable(obj):
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, torch.Tensor):
+        return obj.tolist()
+    return str(obj)
+
+
+def record_of(cfg: Config, fed, started: float) -> dict:
+    """The result record of a finished Federation (``started``: when this session began)."""
+    history = fed.history
+    shared = {"runs_batched": fed.runs_batched} if getattr(fed, "runs_batched", 1) > 1 else {}
+    return {**shared,
+        "config": dataclasses.asdict(cfg), "key": cfg.key(), "seed": cfg.seed, "code_version": code_version(),
+        "device": device_description(cfg.device), "engine": cfg.engine,
+        "executor": fed.executor.name,
+        "wall_time_s": fed.elapsed, "history": history, "final": history[-1],
+        "final_confusions": {k: [np.asarray(c).tolist() for c in v] for k, v in fed.final_confusions.items()},
+        "train_counts": fed.data.train_counts.tolist(), "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "resumed": fed.start_round > 0, "session_wall_s": time.time() - started,
+    }
+
+
+@contextlib.contextmanager
+def lock_or_none(path: Path, fcntl):
+    """The config's cache lock if it is free now, else None (another process holds it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield None
+            return
+        try:
+            yield handle
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,215 @@
+"""run(config) -> result record, with the result cache and resume; run_many: many configs per batched step."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import json
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedlib.errors import TrainingDiverged
+from fedlib.experiment.config import DEFAULT_CACHE, Config, validate
+from fedlib.experiment.records import atomic_json, cache_lock, lock_or_none, read_cached_record, record_of
+from fedlib.experiment.wiring import build, load_data
+
+
+def run(cfg: Config, cache_dir: str | os.PathLike | None = DEFAULT_CACHE, progress: bool = True,
+        callbacks=(), desc: str = "") -> dict:
+    """Run one configuration (one seed) and return its result record.
+
+    With a cache directory, a finished config is read back from ``<cache>/<key>.json`` and an
+    interrupted one resumes from ``<cache>/<key>.ckpt``."""
+    validate(cfg)
+    if cache_dir is None:
+        return _run(cfg, None, None, progress, callbacks, desc)
+    key = cfg.key()
+    with cache_lock(Path(cache_dir) / f"{key}.lock"):
+        record_path = Path(cache_dir) / f"{key}.json"
+        record = None if callbacks else read_cached_record(record_path)
+        return record or _run(cfg, record_path, Path(cache_dir) / f"{key}.ckpt", progress, callbacks, desc)
+
+
+def _run(cfg: Config, record_path: Path | None, checkpoint: Path | None, progress: bool, callbacks, desc: str) -> dict:
+    desc = desc or f"{cfg.method} seed {cfg.seed}"
+    started = time.time()
+    fed = engine_runner(cfg.engine)(cfg, checkpoint=checkpoint, progress=progress, desc=desc, callbacks=callbacks)
+    record = record_of(cfg, fed, started)
+    if record_path is not None and checkpoint is not None:
+        from fedlib.engine.loop import remove_checkpoint
+
+        atomic_json(record_path, record)
+        remove_checkpoint(checkpoint)
+    return record
+
+
+def run_in_process(cfg: Config, *, checkpoint=None, progress: bool = False, desc: str = "", callbacks=()):
+    """The in-process engine: every client trained here by ``cfg.executor``; the finished Federation."""
+    fed = build(cfg, progress=progress, checkpoint=checkpoint, desc=desc)
+    fed.on_round.extend(callbacks)
+    fed.run()
+    return fed
+
+
+# the engines a config's ``engine`` names: "module:function" loaded when first used, so an engine that needs
+# an optional extra (Flower) is imported only by the runs that use it, and this layer imports no engine above it
+ENGINE_RUNNERS = {"inprocess": "fedlib.experiment.runner:run_in_process", "flower": "fedlib.flower:simulate"}
+
+
+def engine_runner(name: str):
+    module, function = ENGINE_RUNNERS[name].split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+# ---------------------------------------------------------------------- many runs in one batched step
+# fields that may differ between runs trained in one step: what the engine does per run (sampling, server,
+# evaluation, length); every other field (method and hyperparameters, model, data, optimiser, lr, epochs,
+# batch size, device) is shared
+PER_RUN_FIELDS = ("seed", "partition", "num_clients", "rounds", "eval_every", "fraction", "global_test_size",
+                  "eval_personal_global", "metrics", "eval_clients", "average_global", "late_clients", "late_round",
+                  "eval_finetune_epochs")
+
+
+# run-batched runs write their checkpoints at most this often (and when they stop): a round of many runs
+# is short on a GPU, and every client's model of every run written each round would dominate it
+LOCKSTEP_CHECKPOINT_S = 60.0
+
+
+def lockstep_key(cfg: Config) -> str:
+    """Configs with the same key can train in one batched step (``run_many``)."""
+    from fedlib.methods import make_method
+
+    shared = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in PER_RUN_FIELDS}
+    shared["hyper"] = dataclasses.asdict(make_method(cfg.method, **cfg.hyper).hp)
+    return json.dumps(shared, sort_keys=True, default=str)
+
+
+def lockstep_groups(configs: list[Config], max_runs: int | None = None) -> list[list[int]]:
+    """Positions of ``configs`` grouped by ``lockstep_key`` (in first-seen order), each group cut into
+    pieces of at most ``max_runs``."""
+    groups: dict[str, list[int]] = {}
+    for i, cfg in enumerate(configs):
+        groups.setdefault(lockstep_key(cfg), []).append(i)
+    size = max_runs or max(map(len, groups.values()), default=1)
+    return [g[a:a + size] for g in groups.values() for a in range(0, len(g), size)]
+
+
+def run_many(configs: list[Config], cache_dir: str | os.PathLike = DEFAULT_CACHE, progress: bool = True,
+             max_runs: int | None = None, deadline: float | None = None, on_record=None) -> list:
+    """Run many configurations with the batched executor, several runs per vmapped step: configs that share
+    everything but ``PER_RUN_FIELDS`` advance round by round together (``fedlib.engine.lockstep``), at most
+    ``max_runs`` at once. Every run reads and writes its own cache entry and checkpoint, as ``run`` does, and
+    resumes from it. Returns per config its record, the exception that ended it (divergence, a failing hook),
+    or None where it did not finish (``deadline``: time.time() after which no round starts; or another
+    process holds its lock). ``on_record(config, record)`` is called as each run finishes."""
+    configs = [dataclasses.replace(c, executor="batched") for c in configs]
+    for cfg in configs:
+        validate(cfg)
+    out: list = [None] * len(configs)
+    for group in lockstep_groups(configs, max_runs):
+        if deadline is not None and time.time() >= deadline:
+            break
+        _run_group([configs[i] for i in group], group, out, cache_dir, progress, deadline, on_record)
+    return out
+
+
+def _run_group(cfgs: list[Config], positions: list[int], out: list, cache_dir, progress: bool, deadline, on_record):
+    import fcntl
+
+    from fedlib.engine.batched import BatchedTrainer
+    from fedlib.engine.executors import BatchedExecutor
+    from fedlib.engine.lockstep import Lockstep
+    from fedlib.engine.loop import remove_checkpoint
+    from fedlib.methods import make_method
+    from fedlib.models import build_model
+
+    cache = Path(cache_dir)
+    started = time.time()
+    with contextlib.ExitStack() as stack:
+        todo = []
+        for cfg, pos in zip(cfgs, positions):
+            key = cfg.key()
+            lock = stack.enter_context(lock_or_none(cache / f"{key}.lock", fcntl))
+            if lock is None:   # another process trains this config; its record appears in the cache
+                continue
+            record = read_cached_record(cache / f"{key}.json")
+            if record is not None:
+                out[pos] = record
+                if on_record:
+                    on_record(cfg, record)
+                continue
+            todo.append((cfg, pos))
+        if not todo:
+            return
+        first = todo[0][0]
+        data = load_data(first).to(first.device)
+        if not BatchedTrainer.supports(build_model(first.model, data.input_shape, data.num_classes, first.dataset)):
+            stack.close()   # models with buffers (BatchNorm) train one run at a time; run() takes each lock itself
+            for cfg, pos in todo:
+                try:
+                    out[pos] = run(cfg, cache_dir=cache, progress=progress)
+                except TrainingDiverged as exc:
+                    out[pos] = exc
+                    continue
+                if on_record:
+                    on_record(cfg, out[pos])
+            return
+        if data.train_x.ndim == 4:   # the layout every trainer uses: one tensor shared by all runs
+            data = dataclasses.replace(data, train_x=data.train_x.contiguous(memory_format=torch.channels_last))
+        method = make_method(todo[0][0].method, **todo[0][0].hyper)
+        shared: dict = {}
+
+        def executor(setup, trainer, **_):
+            if "batched" not in shared:
+                shared["batched"] = BatchedTrainer(trainer.model, trainer.x, trainer.y, trainer.batch_size,
+                                                   trainer.optimizer)
+            return BatchedExecutor(setup, trainer, batched=shared["batched"])
+
+        feds = []
+        for cfg, _ in todo:
+            fed = build(cfg, progress=progress, checkpoint=cache / f"{cfg.key()}.ckpt",
+                        desc=f"{cfg.method} seed {cfg.seed}", executor=executor, data=data, method=method)
+            fed.runs_batched = len(todo)
+            fed.checkpoint_every_s = LOCKSTEP_CHECKPOINT_S
+            feds.append(fed)
+        where = {id(f): (cfg, pos) for f, (cfg, pos) in zip(feds, todo)}
+
+        def on_end(member):
+            cfg, pos = where[id(member.federation)]
+            if member.error is not None:
+                out[pos] = member.error
+                return
+            record = record_of(cfg, member.federation, started)
+            atomic_json(cache / f"{cfg.key()}.json", record)
+            remove_checkpoint(cache / f"{cfg.key()}.ckpt")
+            out[pos] = record
+            if on_record:
+                on_record(cfg, record)
+
+        Lockstep(feds, shared["batched"]).run(on_end=on_end, deadline=deadline)
+
+
+def run_seeds(cfg: Config, seeds, **kwargs) -> list[dict]:
+    return [run(dataclasses.replace(cfg, seed=int(s)), **kwargs) for s in seeds]
+
+
+SUMMARY_METRICS = ("personal_local_acc", "personal_local_f1", "global_acc", "personal_global_acc")
+
+
+def summarize_runs(records: list[dict], metrics=SUMMARY_METRICS, last: int = 1) -> dict[str, tuple[float, float, int]]:
+    """mean, std and number of seeds of each metric; per seed the metric is the last evaluated value
+    (``last`` > 1: the mean of the last ``last`` evaluations)."""
+    out = {}
+    for metric in metrics:
+        values = []
+        for r in records:
+            evals = [row[metric] for row in r["history"] if metric in row]
+            if evals:
+                values.append(float(np.mean(evals[-last:])))
+        if values:
+            out[metric] = (float(np.mean(values)), float(np.std(values)), len(values))
+    return out

@@ -1,0 +1,31 @@
+"""Method registry: ``@register`` on a Method subclass makes it a config's ``method``; ``make_method`` builds one.
+
+A new paper's method lives in its own module, decorated with ``@register``; importing the module (``fedlib.methods``
+imports those it ships) is what makes its name known."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, TypeVar
+
+from fedlib.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fedlib.methods.base import Method
+
+METHODS: dict[str, type[Method]] = {}
+M = TypeVar("M", bound="type[Method]")
+
+
+def register(cls: M) -> M:
+    """Class decorator: register ``cls`` under ``cls.name`` (a name may not be taken by another class)."""
+    holder = METHODS.get(cls.name)
+    if holder is not None and holder is not cls and holder.__qualname__ != cls.__qualname__:
+        raise ValueError(f"method name {cls.name!r} of {cls.__module__}.{cls.__qualname__} is taken by "
+                         f"{holder.__module__}.{holder.__qualname__}: give the class another `name`")
+    METHODS[cls.name] = cls
+    return cls
+
+
+def make_method(name: str, **hyper) -> Method:
+    if name not in METHODS:
+        raise ConfigError("method", name, f"one of {', '.join(METHODS)}")
+    return METHODS[name](**hyper)
