@@ -89,3 +89,14 @@ def test_paper_grid_orders_tables_then_seeds_and_takes_explicit_seeds():
     assert {c.seed for c in only} == {7} and len(only) == 4 + 5
     with pytest.raises(ConfigError, match="tables of this chapter"):
         paper_grid(tables, only=["table9"])
+
+
+def test_chapter_labels_are_the_method_classes_labels_but_where_a_paper_names_a_method_otherwise():
+    from fedlib.methods import METHODS
+    from fedlib.studies import fedgpa, fedmate, fedpcl, fedprp, pfedcspc
+
+    own = {"fedmate": {"fedavg_ft": "FT-FedAvg"}, "fedpcl": {"local": "Solo"},
+           "pfedcspc": {"lg_fedavg": "LG-Fed", "fedperpp": "FedPer++ (assumed form)"}}
+    for chapter in (fedgpa, fedmate, fedpcl, fedprp, pfedcspc):
+        renamed = own.get(chapter.__name__.rsplit(".", 1)[1], {})
+        assert {m: label for m, label in chapter.LABELS.items() if label != METHODS[m].label} == renamed

@@ -42,6 +42,7 @@ def mixed(alpha: torch.Tensor, v: dict, w: dict, detach_w: bool = True) -> dict:
 @register
 class APFL(Method):
     name = "apfl"
+    label = "APFL"
     paper = "Deng, Kamani & Mahdavi, arXiv:2003.13461"
     Hyper = ApflHyper
     personalized = True

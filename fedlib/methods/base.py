@@ -42,6 +42,7 @@ class Hyper:
 
 class Method:
     name: ClassVar[str] = "fedavg"
+    label: ClassVar[str] = "FedAvg"          # how tables and figures name it (a chapter may override it)
     paper: ClassVar[str] = "McMahan et al., AISTATS 2017"
     Hyper: ClassVar[type] = Hyper
     shared: ClassVar[tuple[str, ...]] = PARTS   # parts averaged by the server and broadcast

@@ -74,6 +74,7 @@ def sample_virtual(mu: torch.Tensor, sigma: torch.Tensor, n: int, gen: torch.Gen
 @register
 class CCVR(Method):
     name = "ccvr"
+    label = "CCVR"
     paper = "Luo, Chen, Hu, Zhang, Liang & Feng, NeurIPS 2021"
     Hyper = CcvrHyper
 

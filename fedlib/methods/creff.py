@@ -66,6 +66,7 @@ def fresh_linear(d: int, k: int, gen: torch.Generator, device) -> dict:
 @register
 class CReFF(Method):
     name = "creff"
+    label = "CReFF"
     paper = "Shang, Lu, Huang & Wang, IJCAI 2022"
     Hyper = CreffHyper
 

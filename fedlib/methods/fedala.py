@@ -62,6 +62,7 @@ def adaptive_weights(z, y, local: dict, glob: dict, weights: dict, eta: float, b
 @register
 class FedALA(TrainedModelIsPersonal):
     name = "fedala"
+    label = "FedALA"
     paper = "Zhang, Hua, Wang, Song, Xue, Ma & Guan, AAAI 2023"
     Hyper = AlaHyper
 

@@ -34,6 +34,7 @@ def asam_perturbation(params: dict, grads: list, rho: float, eta: float) -> list
 @register
 class FedASAM(Method):
     name = "fedasam"
+    label = "FedASAM"
     paper = "Caldarola, Caputo & Ciccone, ECCV 2022"
     Hyper = AsamHyper
 

@@ -6,3 +6,4 @@ from fedlib.methods.registry import register
 @register
 class FedAvg(Method):
     name = "fedavg"
+    label = "FedAvg"

@@ -17,6 +17,7 @@ class FTHyper(Hyper):
 @register
 class FedAvgFT(Method):
     name = "fedavg_ft"
+    label = "FedAvg-FT"
     paper = "FedAvg + local fine-tuning (as in FedGPA 5.1.3)"
     Hyper = FTHyper
     personalized = True

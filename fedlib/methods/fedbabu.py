@@ -9,6 +9,7 @@ from fedlib.methods.registry import register
 @register
 class FedBABU(FedAvgFT):
     name = "fedbabu"
+    label = "FedBABU"
     paper = "Oh et al., ICLR 2022"
     shared = ("body", "projector")
 

@@ -37,6 +37,7 @@ def _zeros(params: dict) -> dict:
 @register
 class FedDC(Method):
     name = "feddc"
+    label = "FedDC"
     paper = "Gao, Xu, Li, Zhu, Zhang & Ye, CVPR 2022"
     Hyper = DcHyper
 

@@ -36,6 +36,7 @@ def decorrelation(z: torch.Tensor, batch, eps: float = 1e-8) -> torch.Tensor:
 @register
 class FedDecorr(Method):
     name = "feddecorr"
+    label = "FedDecorr"
     paper = "Shi, Liang, Zhang, Tan & Bai, ICLR 2023"
     Hyper = DecorrHyper
 

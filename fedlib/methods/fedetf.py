@@ -79,6 +79,7 @@ class EtfHyper(Hyper):
 @register
 class FedETF(Method):
     name = "fedetf"
+    label = "FedETF"
     paper = "Li, Shang, He, Lin & Wu, ICCV 2023"
     Hyper = EtfHyper
     shared = PARTS + (EXTRA,)        # encoder, projector and the temperature beta

@@ -49,6 +49,7 @@ def anchor_loss(z: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor) -> torc
 @register
 class FedFA(Method):
     name = "fedfa"
+    label = "FedFA"
     paper = "Zhou, Zhang & Tsang, IEEE TMC 2023"
     Hyper = FaHyper
 

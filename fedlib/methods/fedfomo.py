@@ -49,6 +49,7 @@ def fomo_weights(own_loss: float, losses: list[float], distances: list[float]) -
 @register
 class FedFomo(Method):
     name = "fedfomo"
+    label = "FedFomo"
     paper = "Zhang, Sapra, Fidler, Yeung & Alvarez, ICLR 2021"
     Hyper = FomoHyper
     personalized = True

@@ -85,6 +85,7 @@ def classifier_weights(protos: torch.Tensor, counts: torch.Tensor, variances: to
 @register
 class FedGPA(PerClientAggregation, PrototypeSharing):
     name = "fedgpa"
+    label = "FedGPA"
     paper = "Han et al., AI Open 6 (2025)"
     Hyper = GpaHyper
     shared = PARTS

@@ -59,6 +59,7 @@ def gated_ensemble(gate: dict, feats: torch.Tensor, logits: torch.Tensor, calibr
 @register
 class FEDIC(Method):
     name = "fedic"
+    label = "FEDIC"
     paper = "Shang, Lu, Cheung & Wang, ICME 2022"
     Hyper = FedicHyper
 

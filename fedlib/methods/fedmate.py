@@ -146,6 +146,7 @@ def cft_period(body_params: int, num_classes: int, dim: int, x: float) -> int:
 @register
 class FedMate(PrototypeSharing):
     name = "fedmate"
+    label = "FedMate"
     paper = "Yang, Li, Wang, Yu, Wu & He, ECAI 2025"
     Hyper = MateHyper
     shared = BODY

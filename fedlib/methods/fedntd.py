@@ -37,6 +37,7 @@ def not_true_distillation(student: torch.Tensor, teacher: torch.Tensor, batch, t
 @register
 class FedNTD(Method):
     name = "fedntd"
+    label = "FedNTD"
     paper = "Lee, Kim, Kim, Yun & Kim, NeurIPS 2022"
     Hyper = NtdHyper
 

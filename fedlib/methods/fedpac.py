@@ -50,6 +50,7 @@ def collaboration_weights(protos: torch.Tensor, counts: torch.Tensor, variances:
 @register
 class FedPAC(PerClientAggregation, PrototypeSharing):
     name = "fedpac"
+    label = "FedPAC"
     paper = "Xu, Tong & Huang, ICLR 2023"
     Hyper = PacHyper
     shared = ("body", "projector")

@@ -58,6 +58,7 @@ class PclHyper(Hyper):
 @register
 class FedPCL(PrototypeSharing):
     name = "fedpcl"
+    label = "FedPCL"
     paper = "Tan et al., NeurIPS 2022"
     Hyper = PclHyper
     shared = ()

@@ -6,6 +6,7 @@ from fedlib.methods.registry import register
 @register
 class FedPer(Method):
     name = "fedper"
+    label = "FedPer"
     paper = "Arivazhagan et al., arXiv:1912.00818"
     shared = ("body", "projector")
     personalized = True

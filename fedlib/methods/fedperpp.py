@@ -14,6 +14,7 @@ from fedlib.methods.registry import register
 @register
 class FedPerPlus(FedPer):
     name = "fedperpp"
+    label = "FedPer++"
     paper = "Xu, Yan & Huang, IJCNN 2022 (assumed form)"
     Hyper = ProxHyper
 

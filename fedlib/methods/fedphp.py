@@ -37,6 +37,7 @@ class PhpHyper(Hyper):
 @register
 class FedPHP(Method):
     name = "fedphp"
+    label = "FedPHP"
     paper = "Li et al., ECML-PKDD 2021"
     Hyper = PhpHyper
     personalized = True

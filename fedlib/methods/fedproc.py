@@ -32,6 +32,7 @@ def prototype_contrast(z: torch.Tensor, batch, protos: torch.Tensor, present: to
 @register
 class FedProc(PrototypeSharing):
     name = "fedproc"
+    label = "FedProc"
     paper = "Mu, Shen, Cheng, Geng, Fu, Zhang & Zhang, FGCS 2023"
     Hyper = ProcHyper
 

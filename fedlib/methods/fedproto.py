@@ -27,6 +27,7 @@ class ProtoHyper(Hyper):
 @register
 class FedProto(PrototypeSharing):
     name = "fedproto"
+    label = "FedProto"
     paper = "Tan et al., AAAI 2022"
     Hyper = ProtoHyper
     shared = ()

@@ -17,6 +17,7 @@ class ProxHyper(Hyper):
 @register
 class FedProx(Method):
     name = "fedprox"
+    label = "FedProx"
     paper = "Li et al., MLSys 2020"
     Hyper = ProxHyper
 

@@ -152,6 +152,7 @@ def nearest(z: torch.Tensor, protos: torch.Tensor, allowed: torch.Tensor) -> tor
 @register
 class FedPRP(GlobalPrototypes):
     name = "fedprp"
+    label = "FedPRP"
     paper = "Guo et al., IEEE TNNLS 2024"
     Hyper = PrpHyper
     shared = ("body", "projector")

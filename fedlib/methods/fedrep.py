@@ -20,6 +20,7 @@ class RepHyper(Hyper):
 @register
 class FedRep(Method):
     name = "fedrep"
+    label = "FedRep"
     paper = "Collins et al., ICML 2021"
     Hyper = RepHyper
     shared = ("body", "projector")

@@ -27,6 +27,7 @@ def personal_logits(z, logits, params) -> torch.Tensor:
 @register
 class FedRoD(Method):
     name = "fedrod"
+    label = "FedRoD"
     paper = "Chen & Chao, ICLR 2022"
     shared = PARTS              # body and the generic head
     personalized = True

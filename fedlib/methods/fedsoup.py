@@ -46,6 +46,7 @@ def greedy_soup(ctx, local: dict, pool: list[dict]) -> tuple[dict, int]:
 @register
 class FedSoup(Method):
     name = "fedsoup"
+    label = "FedSoup"
     paper = "Chen, Jiang, Dou, Xu & Zhang, MICCAI 2023"
     Hyper = SoupHyper
     personalized = True

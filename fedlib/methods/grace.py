@@ -61,6 +61,7 @@ def consistency_weights(updates: list[torch.Tensor], sizes) -> np.ndarray:
 @register
 class GRACE(TrainedModelIsPersonal):
     name = "grace"
+    label = "GRACE"
     paper = "Zhang, Fan, Xu, Yao, Zhang & Wang, MICCAI 2023"
     Hyper = GraceHyper
 

@@ -6,6 +6,7 @@ from fedlib.methods.registry import register
 @register
 class LGFedAvg(Method):
     name = "lg_fedavg"
+    label = "LG-FedAvg"
     paper = "Liang et al., arXiv:2001.01523"
     shared = ("head",)
     personalized = True

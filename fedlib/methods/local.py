@@ -6,6 +6,7 @@ from fedlib.methods.registry import register
 @register
 class Local(Method):
     name = "local"
+    label = "Local"
     paper = "no communication"
     shared = ()
     personalized = True

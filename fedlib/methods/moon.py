@@ -26,6 +26,7 @@ class MoonHyper(Hyper):
 @register
 class Moon(Method):
     name = "moon"
+    label = "MOON"
     paper = "Li et al., CVPR 2021"
     Hyper = MoonHyper
 

@@ -26,6 +26,7 @@ class PerFedAvgHyper(Hyper):
 @register
 class PerFedAvg(Method):
     name = "perfedavg"
+    label = "Per-FedAvg"
     paper = "Fallah, Mokhtari & Ozdaglar, NeurIPS 2020"
     Hyper = PerFedAvgHyper
     personalized = True

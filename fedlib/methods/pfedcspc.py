@@ -87,6 +87,7 @@ class CspcHyper(Hyper):
 @register
 class PFedCSPC(TrainedModelIsPersonal):
     name = "pfedcspc"
+    label = "pFedCSPC"
     paper = "Meng, Qi, Wu, Du, Li, Cui & Meng, IEEE TNNLS 2025"
     Hyper = CspcHyper
     prediction_variants = ("net",)     # the global model without the knowledge prediction (Table IV's KP row)

@@ -33,6 +33,7 @@ class PFedMeHyper(Hyper):
 @register
 class PFedMe(PersonalModel, Method):
     name = "pfedme"
+    label = "pFedMe"
     paper = "Dinh, Tran & Nguyen, NeurIPS 2020"
     Hyper = PFedMeHyper
 

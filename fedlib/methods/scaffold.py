@@ -15,6 +15,7 @@ from fedlib.methods.registry import register
 @register
 class Scaffold(Method):
     name = "scaffold"
+    label = "SCAFFOLD"
     paper = "Karimireddy et al., ICML 2020"
 
     def init_server(self, server, init):

@@ -27,6 +27,13 @@ def set_runtime(device: str = "auto", executor: str = "auto") -> dict:
     return dict(RUNTIME)
 
 
+def method_labels(names, **overrides: str) -> dict[str, str]:
+    """Each method's label (its class's ``label``), or the name a chapter's paper uses for it."""
+    from fedlib.methods import METHODS as REGISTERED
+
+    return {n: overrides.get(n, REGISTERED[n].label) for n in names}
+
+
 def _run_one(cfg: Config, kwargs: dict) -> dict:
     return run(cfg, progress=False, **kwargs)
 

@@ -13,13 +13,11 @@ import numpy as np
 from fedlib.data.partition import fedgpa_setting
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import RUNTIME, fmt, mean_std, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
+from fedlib.studies.common import RUNTIME, fmt, mean_std, method_labels, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
 
 METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "scaffold", "fedper", "lg_fedavg", "fedbabu", "fedpac",
            "fedgpa"]
-LABELS = {"local": "Local", "fedavg": "FedAvg", "fedavg_ft": "FedAvg-FT", "fedprox": "FedProx",
-          "scaffold": "SCAFFOLD", "fedper": "FedPer", "lg_fedavg": "LG-FedAvg", "fedbabu": "FedBABU",
-          "fedpac": "FedPAC", "fedgpa": "FedGPA"}
+LABELS = method_labels(METHODS)
 
 # setting -> method -> (s=20, s=80)
 PAPER = {

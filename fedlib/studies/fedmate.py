@@ -14,14 +14,24 @@ import numpy as np
 
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import RUNTIME, Claim, fmt, mean_std, nested, run_all, run_grid, set_runtime, with_seeds  # noqa: F401
+from fedlib.studies.common import (  # noqa: F401
+    RUNTIME,
+    Claim,
+    fmt,
+    mean_std,
+    method_labels,
+    nested,
+    run_all,
+    run_grid,
+    set_runtime,
+    with_seeds,
+)
 
 TABLE1 = ["local", "fedavg_ft", "fedproto", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac", "fedmate"]
 TABLE2 = ["local", "fedavg_ft", "moon", "fedproto", "fedfa", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac",
           "fedmate"]
-LABELS = {"local": "Local", "fedavg_ft": "FT-FedAvg", "fedproto": "FedProto", "lg_fedavg": "LG-FedAvg",
-          "fedper": "FedPer", "fedrep": "FedRep", "fedbabu": "FedBABU", "fedpac": "FedPAC", "fedmate": "FedMate",
-          "moon": "MOON", "fedfa": "FedFA"}
+LABELS = method_labels(["local", "fedavg_ft", "fedproto", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac",
+                        "fedmate", "moon", "fedfa"], fedavg_ft="FT-FedAvg")
 # Table 1 ablation rows (spec A21)
 ABLATION = {"Backbone": {"mps": False, "cft": False, "cci": False, "ccf": False},
             "+MPS+CFT": {"mps": True, "cft": True, "cci": False, "ccf": False},

@@ -9,7 +9,7 @@ from typing import Any
 
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import RUNTIME, fmt, mean_std, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
+from fedlib.studies.common import RUNTIME, fmt, mean_std, method_labels, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
 
 SINGLE = ["effnet_lite0"]
 MULTI = ["effnet_lite0", "effnet_lite1", "effnet_lite2"]
@@ -19,8 +19,7 @@ BACKBONE_SETS = {  # Table 4 analogue
     "mixed: EffNet-Lite0 + SVHN CNN + USPS CNN": ["effnet_lite0", "cnn_svhn", "cnn_usps"],
 }
 METHODS = ["fedavg", "pfedme", "perfedavg", "fedrep", "fedproto", "local", "fedpcl"]
-LABELS = {"fedavg": "FedAvg", "pfedme": "pFedMe", "perfedavg": "Per-FedAvg", "fedrep": "FedRep",
-          "fedproto": "FedProto", "local": "Solo", "fedpcl": "FedPCL"}
+LABELS = method_labels(METHODS, local="Solo")
 
 # Table 2: method -> {"s"|"m": (MNIST, MNIST-M, Synth, Avg over 5 domains, communicated params)}
 PAPER_T2: dict[str, Any] = {

@@ -14,11 +14,20 @@ import numpy as np
 
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import RUNTIME, Claim, fmt, mean_std, run_all, run_grid, set_runtime, with_seeds  # noqa: F401
+from fedlib.studies.common import (  # noqa: F401
+    RUNTIME,
+    Claim,
+    fmt,
+    mean_std,
+    method_labels,
+    run_all,
+    run_grid,
+    set_runtime,
+    with_seeds,
+)
 
 METHODS = ["apfl", "fedrep", "fedprox", "fedproto", "fedrod", "fedphp", "fedavg", "fedic", "creff", "fedprp"]
-LABELS = {"apfl": "APFL", "fedrep": "FedRep", "fedprox": "FedProx", "fedproto": "FedProto", "fedrod": "FedRoD",
-          "fedphp": "FedPHP", "fedavg": "FedAvg", "fedic": "FEDIC", "creff": "CReFF", "fedprp": "FedPRP"}
+LABELS = method_labels(METHODS)
 DATASETS = {"fmnist": "FMNIST-LT (for CIFAR-10-LT)", "mnist": "MNIST-LT"}
 
 # Table I: A_loc (%), Sharding, CIFAR-10: (s, gamma) -> method -> value

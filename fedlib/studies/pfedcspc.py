@@ -14,18 +14,26 @@ import numpy as np
 
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import RUNTIME, Claim, fmt, mean_std, nested, run_all, run_grid, set_runtime, with_seeds  # noqa: F401
+from fedlib.studies.common import (  # noqa: F401
+    RUNTIME,
+    Claim,
+    fmt,
+    mean_std,
+    method_labels,
+    nested,
+    run_all,
+    run_grid,
+    set_runtime,
+    with_seeds,
+)
 
 # Table II: global-model methods (their "Local" is the global model fine-tuned on each client, the paper's
 # FedAvg row has Local = FedAvg-FT's I_local) and the methods with personalised models
 GLOBAL_METHODS = ["fedavg", "moon", "feddc", "fedntd", "fedasam", "fedproc", "feddecorr", "ccvr"]
 TABLE2 = GLOBAL_METHODS + ["fedsoup", "grace", "fedetf", "pfedcspc"]
 TABLE3 = ["fedavg", "fedavg_ft", "lg_fedavg", "fedperpp", "ditto", "fedfomo", "fedala", "pfedcspc"]
-LABELS = {"fedavg": "FedAvg", "moon": "MOON", "feddc": "FedDC", "fedntd": "FedNTD", "fedasam": "FedASAM",
-          "fedproc": "FedProc", "feddecorr": "FedDecorr", "ccvr": "CCVR", "fedsoup": "FedSoup", "grace": "GRACE",
-          "fedetf": "FedETF", "pfedcspc": "pFedCSPC", "fedavg_ft": "FedAvg-FT", "lg_fedavg": "LG-Fed",
-          "fedperpp": "FedPer++ (assumed form)", "ditto": "Ditto", "fedfomo": "FedFomo", "fedala": "FedALA",
-          "fedprox": "FedProx"}
+LABELS = method_labels(TABLE2 + ["fedavg_ft", "lg_fedavg", "fedperpp", "ditto", "fedfomo", "fedala", "fedprox"],
+                       lg_fedavg="LG-Fed", fedperpp="FedPer++ (assumed form)")
 
 PAPER_T2: dict[str, Any] = {  # method -> CIFAR-10 (Global, Local, HM)
     "fedavg": (66.78, 64.13, 65.43), "moon": (69.04, 63.49, 66.14), "feddc": (69.13, 63.23, 66.05),
