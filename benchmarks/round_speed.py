@@ -18,6 +18,7 @@ import torch
 
 from fedlib.data import Dataset, federate, load_dataset
 from fedlib.engine.loop import Federation
+from fedlib.engine.protocol import LocalTraining
 from fedlib.experiment import seed_everything
 from fedlib.methods import make_method
 from fedlib.models import build_model
@@ -105,8 +106,9 @@ def main():
     reference = None
     for executor in args.executors:
         federation = Federation(fed, build_model("cnn_fedavg", data.input_shape, 10).to(args.device),
-                                make_method("fedavg"), seed=0, rounds=args.rounds, local_epochs=args.epochs,
-                                batch_size=50, lr=0.01, progress=False, executor=executor,
+                                make_method("fedavg"), seed=0, rounds=args.rounds,
+                                training=LocalTraining(args.epochs, batch_size=50, lr=0.01), progress=False,
+                                executor=executor,
                                 executor_options={"workers": args.workers})
         federation.executor.run(federation.method, [])  # start worker processes outside the timing
         times = []

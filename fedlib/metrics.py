@@ -29,6 +29,14 @@ def macro_f1(C: np.ndarray) -> float:
     return float(f1[labels].mean()) if labels.any() else 0.0
 
 
+def frequency_groups(class_counts: np.ndarray) -> dict[str, np.ndarray]:
+    """FedPRP's Many / Medium / Few: top 20%, 20-50%, bottom 50% of classes by training count."""
+    order = np.argsort(-np.asarray(class_counts), kind="stable")
+    K = len(order)
+    a, b = int(round(0.2 * K)), int(round(0.5 * K))
+    return {"many": np.sort(order[:a]), "medium": np.sort(order[a:b]), "few": np.sort(order[b:])}
+
+
 def group_accuracy(C: np.ndarray, classes: np.ndarray) -> float:
     """Accuracy on the samples whose true class is in ``classes`` (FedPRP Many/Medium/Few)."""
     sub = C[classes]

@@ -126,9 +126,11 @@ def test_unknown_config_field():
 
 
 def test_partial_participation_samples_a_fraction():
-    from fedlib.engine.loop import sample_clients
+    from fedlib.engine.protocol import UniformParticipation
 
-    picks = [sample_clients(20, 0.25, 0, t) for t in range(50)]
+    quarter = UniformParticipation(0.25)
+    picks = [quarter.clients(20, 0, t) for t in range(50)]
     assert all(len(p) == 5 and len(set(p)) == 5 for p in picks)
     assert len({tuple(p) for p in picks}) > 40
-    assert sample_clients(20, 0.25, 0, 3) == sample_clients(20, 0.25, 0, 3)
+    assert quarter.clients(20, 0, 3) == quarter.clients(20, 0, 3)
+    assert UniformParticipation().clients(7, 0, 3) == list(range(7))

@@ -11,11 +11,12 @@ from fedlib.data.federated import own_class_test_indices
 from fedlib.data.partition import class_counts, partition_with_server
 from fedlib.engine.client import local_update
 from fedlib.engine.core import Phase
-from fedlib.engine.loop import sample_clients
+from fedlib.engine.protocol import EvaluationPlan, LocalTraining, UniformParticipation
 from fedlib.experiment import build, make_config, run
 from fedlib.losses import cross_entropy
 from fedlib.methods import METHODS
 from fedlib.methods.base import Method
+from fedlib.methods.fedprp import LateClients
 
 DIGITS = dict(dataset="digits", partition={"name": "dirichlet", "alpha": 1.0, "min_size": 30}, num_clients=4,
               rounds=2, local_epochs=1, batch_size=32, lr=0.05)
@@ -105,10 +106,21 @@ def test_server_sees_its_data_and_a_functional_forward():
 
 
 def test_late_clients_join_at_their_round():
-    assert sample_clients(10, 1.0, 0, 0, late_clients=2, late_round=3) == list(range(8))
-    assert sample_clients(10, 0.5, 0, 2, late_clients=2, late_round=3) != [8, 9]
-    assert all(i < 8 for i in sample_clients(10, 0.5, 0, 2, late_clients=2, late_round=3))
-    assert sample_clients(10, 0.5, 0, 3, late_clients=2, late_round=3) == [8, 9]
+    assert LateClients(late=2, at_round=3).clients(10, 0, 0) == list(range(8))
+    half = LateClients(late=2, at_round=3, fraction=0.5)
+    assert half.clients(10, 0, 2) == UniformParticipation(0.5).clients(8, 0, 2)   # 4 of the first 8
+    assert len(half.clients(10, 0, 2)) == 4 and all(i < 8 for i in half.clients(10, 0, 2))
+    assert half.clients(10, 0, 3) == half.clients(10, 0, 9) == [8, 9]
+
+
+def test_a_config_hands_the_engine_its_protocol_objects():
+    cfg = make_config(method="fedavg", fraction=0.5, late_clients=1, late_round=1, eval_every=2, metrics=["fedprp"],
+                      eval_clients="participants", **{**DIGITS, "rounds": 3})
+    fed = build(cfg)
+    assert fed.participation == LateClients(late=1, at_round=1, fraction=0.5)
+    assert fed.evaluation == EvaluationPlan(every=2, metrics=("standard", "fedprp"), participants_only=True)
+    assert fed.training == LocalTraining(DIGITS["local_epochs"], DIGITS["batch_size"], DIGITS["lr"])
+    assert [fed.evaluation.due(t, 3) for t in range(3)] == [False, True, True]
 
 
 def test_participants_only_and_averaged_global_evaluation():

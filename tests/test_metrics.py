@@ -23,3 +23,15 @@ def test_metrics_match_scikit_learn():
 def test_group_accuracy():
     C = np.array([[5, 5, 0], [0, 10, 0], [1, 1, 8]])
     assert group_accuracy(C, np.array([0, 2])) == (5 + 8) / (10 + 10)
+
+
+def test_frequency_groups_split_classes_by_training_count_20_30_50():
+    """10 classes: the 2 most frequent are Many, the next 3 Medium, the other 5 Few (FedPRP Sec. V-A-3);
+    ties keep class order."""
+    from fedlib.metrics import frequency_groups
+
+    counts = np.array([5, 90, 7, 60, 7, 30, 1, 2, 40, 3])
+    groups = frequency_groups(counts)
+    assert groups["many"].tolist() == [1, 3]
+    assert groups["medium"].tolist() == [2, 5, 8]
+    assert groups["few"].tolist() == [0, 4, 6, 7, 9]

@@ -8,6 +8,7 @@ import torch
 
 from fedlib.data.partition import class_counts, local_test_indices, partition_with_server
 from fedlib.data.sources import Dataset
+from fedlib.metrics import frequency_groups
 
 
 @dataclass
@@ -35,11 +36,7 @@ class FederatedData:
 
     def class_groups(self) -> dict[str, np.ndarray]:
         """FedPRP's Many / Medium / Few: top 20%, 20-50%, bottom 50% of classes by global train count."""
-        total = self.train_counts.sum(0)
-        order = np.argsort(-total, kind="stable")
-        K = len(order)
-        a, b = int(round(0.2 * K)), int(round(0.5 * K))
-        return {"many": np.sort(order[:a]), "medium": np.sort(order[a:b]), "few": np.sort(order[b:])}
+        return frequency_groups(self.train_counts.sum(0))
 
 
 def own_class_test_indices(test_labels: np.ndarray, train_counts: np.ndarray, seed: int) -> list[np.ndarray]:

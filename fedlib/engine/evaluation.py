@@ -36,7 +36,6 @@ class Evaluation:
     """The confusion counts of one evaluation and the facts metric sets may need."""
     confusions: dict[str, list[np.ndarray]]
     train_counts: np.ndarray           # clients x classes
-    class_groups: dict[str, np.ndarray]  # FedPRP's many / medium / few class indices
 
     def get(self, family: str) -> list[np.ndarray] | None:
         return self.confusions.get(family)
@@ -213,7 +212,7 @@ class Evaluator:
                     self._family(conf, "personal_own", [
                         self._confusions(gparams, data.own_test_idx[c.id], anon)
                         for c in clients])
-        ev = Evaluation(conf, data.train_counts, data.class_groups())
+        ev = Evaluation(conf, data.train_counts)
         record: dict = {}
         for s in self.sets:
             record.update(s.compute(ev))

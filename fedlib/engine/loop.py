@@ -1,8 +1,9 @@
 """The one round loop. Every method runs through ``Federation.run``.
 
-Per round: sample clients -> the server's broadcast to each -> ONE executor call runs the client side
-of the whole cohort (receive, local phases, upload) -> the server aggregates -> evaluation every
-``eval_every`` rounds -> checkpoint.
+Per round: the participation picks clients -> the server's broadcast to each -> ONE executor call runs the
+client side of the whole cohort (receive, local phases, upload) -> the server aggregates -> evaluation when
+the evaluation plan says -> checkpoint. What a paper's protocol sets comes in as objects
+(``fedlib.engine.protocol``: LocalTraining, Participation, EvaluationPlan).
 """
 from __future__ import annotations
 
@@ -21,25 +22,9 @@ from fedlib.engine.client import ClientTask, Setup
 from fedlib.engine.core import Batch, ClientContext, ClientSlot, Server, clone, derived_seed
 from fedlib.engine.evaluation import Evaluator, global_test_indices, resolve_metric_sets
 from fedlib.engine.executors import make_executor
+from fedlib.engine.protocol import EvaluationPlan, LocalTraining, Participation, UniformParticipation
 from fedlib.engine.training import OptimizerSpec, Trainer
 from fedlib.models import SplitModel
-
-
-def sample_clients(num_clients: int, fraction: float, seed: int, round_: int, late_clients: int = 0,
-                   late_round: int = 0) -> list[int]:
-    """Clients taking part in a round: all when fraction == 1, else max(1, round(C*m)) at random.
-
-    With ``late_clients`` > 0 the last ``late_clients`` ids join at round ``late_round`` (0-based):
-    before it only the others are sampled, from it on only the late ones take part (FedPRP Table VII)."""
-    if late_clients:
-        if round_ >= late_round:
-            return list(range(num_clients - late_clients, num_clients))
-        num_clients -= late_clients
-    if fraction >= 1.0:
-        return list(range(num_clients))
-    k = max(1, int(round(fraction * num_clients)))
-    rng = np.random.default_rng(derived_seed(seed, round_, 7919))
-    return sorted(rng.choice(num_clients, size=k, replace=False).tolist())
 
 
 def validation_split(train_idx, fraction: float, seed: int) -> tuple[tuple, tuple | None]:
@@ -72,27 +57,27 @@ class Federation:
     """Owns the client slots, the server, the executor and the evaluator; runs rounds, checkpoints."""
 
     def __init__(self, fed: FederatedData, model: SplitModel, method, *, seed: int, rounds: int,
-                 local_epochs: int, batch_size: int, lr: float, fraction: float = 1.0, eval_every: int = 1,
-                 optimizer: str = "sgd", momentum: float = 0.0, weight_decay: float = 0.0,
-                 metrics=("standard",), global_test_size: int | None = None, executor: str = "sequential",
-                 eval_clients: str = "all", average_global: bool = False, late_clients: int = 0,
-                 late_round: int = 0, eval_finetune_epochs: int = 0,
+                 training: LocalTraining, participation: Participation | None = None,
+                 evaluation: EvaluationPlan | None = None, executor: str = "sequential",
                  executor_options: dict | None = None, checkpoint: str | os.PathLike | None = None,
                  progress: bool = True, desc: str = ""):
-        self.data, self.method, self.seed = fed, method, seed
-        self.rounds, self.fraction, self.eval_every = rounds, fraction, eval_every
+        self.data, self.method, self.seed, self.rounds = fed, method, seed, rounds
+        self.training = training
+        self.participation = participation or UniformParticipation()
+        self.evaluation = plan = evaluation or EvaluationPlan()
         self.checkpoint = Path(checkpoint) if checkpoint else None
         self.progress, self.desc = progress, desc
         data = fed.data
-        self.trainer = Trainer(model, data.train_x, data.train_y, batch_size,
-                               OptimizerSpec(optimizer, momentum, weight_decay))
+        self.trainer = Trainer(model, data.train_x, data.train_y, training.batch_size,
+                               OptimizerSpec(training.optimizer, training.momentum, training.weight_decay))
         train_idx, val_idx = validation_split(fed.train_idx, method.validation_fraction, seed)
-        self.setup = Setup(seed=seed, rounds=rounds, num_classes=fed.num_classes, lr=lr, local_epochs=local_epochs,
-                           batch_size=batch_size, train_idx=train_idx, train_y=data.train_y,
+        self.setup = Setup(seed=seed, rounds=rounds, num_classes=fed.num_classes, lr=training.lr,
+                           local_epochs=training.epochs, batch_size=training.batch_size, train_idx=train_idx,
+                           train_y=data.train_y,
                            counts=tuple(torch.bincount(data.train_y[idx], minlength=fed.num_classes).float()
                                         for idx in train_idx), val_idx=val_idx)
         self.executor = make_executor(executor, self.setup, self.trainer, **(executor_options or {}))
-        self.global_test = global_test_indices(len(data.test_y), global_test_size, seed, data.test_y.device)
+        self.global_test = global_test_indices(len(data.test_y), plan.global_test_size, seed, data.test_y.device)
         init = clone(model.state_dict())
         self.clients = [ClientSlot(i, int(len(idx)), self.setup.counts[i], clone(init))
                         for i, idx in enumerate(train_idx)]
@@ -102,10 +87,9 @@ class Federation:
         self.server = Server(num_clients=fed.num_clients, num_classes=fed.num_classes, forward=self.trainer.forward,
                              forward_from=self.trainer.forward_from, data=held, seed=seed)
         method.init_server(self.server, init)
-        self.evaluator = Evaluator(self, resolve_metric_sets([*metrics, *method.metric_sets]),
-                                   participants_only=eval_clients == "participants", average_global=average_global,
-                                   finetune_epochs=eval_finetune_epochs)
-        self.late_clients, self.late_round = late_clients, late_round
+        self.evaluator = Evaluator(self, resolve_metric_sets([*plan.metrics, *method.metric_sets]),
+                                   participants_only=plan.participants_only, average_global=plan.average_global,
+                                   finetune_epochs=plan.finetune_epochs)
         self.last_participants: list[int] = []
         self.history: list[dict] = []
         self.start_round = 0
@@ -137,7 +121,7 @@ class Federation:
     def open_round(self, t: int) -> list[ClientTask]:
         """Sample the round's clients and build each one's task (what the server sends it)."""
         self.server.round = t
-        chosen = sample_clients(self.data.num_clients, self.fraction, self.seed, t, self.late_clients, self.late_round)
+        chosen = self.participation.clients(self.data.num_clients, self.seed, t)
         self.last_participants = chosen
         self._changed.update(chosen)   # their slots are rewritten at the next checkpoint
         return [self.task(self.clients[i], t) for i in chosen]
@@ -164,7 +148,7 @@ class Federation:
         """After round ``t``'s training (``trained``: ``close_round``'s facts, ``started``: when the round
         began, perf_counter): evaluation when due, callbacks, the history row, the checkpoint."""
         row = {"round": t + 1, **trained, **self.method.round_log(self.server)}
-        if (t + 1) % self.eval_every == 0 or t + 1 == self.rounds:
+        if self.evaluation.due(t, self.rounds):
             row.update(self.evaluate(t))
         for callback in self.on_round:
             callback(self, t)

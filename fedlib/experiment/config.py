@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedlib.engine.protocol import EvaluationPlan, LocalTraining, Participation, UniformParticipation
 from fedlib.errors import check, check_fields
 
 DEFAULT_CACHE = Path(os.environ.get("FEDLIB_CACHE", Path(__file__).resolve().parents[2] / ".fedlib-cache"))
@@ -79,6 +80,22 @@ class Config:
 
     def metric_sets(self) -> list[str]:
         return ["standard", *self.metrics, *(["personal_global"] if self.eval_personal_global else [])]
+
+    # the protocol objects the engine runs; the fields stay flat because they are the cache key of every record
+    def local_training(self) -> LocalTraining:
+        return LocalTraining(self.local_epochs, self.batch_size, self.lr, self.optimizer, self.momentum,
+                             self.weight_decay)
+
+    def participation(self) -> Participation:
+        if self.late_clients:   # FedPRP Table VII: its own participation, from its own module
+            from fedlib.methods.fedprp import LateClients
+
+            return LateClients(self.late_clients, self.late_round, self.fraction)
+        return UniformParticipation(self.fraction)
+
+    def evaluation_plan(self) -> EvaluationPlan:
+        return EvaluationPlan(self.eval_every, tuple(self.metric_sets()), self.global_test_size,
+                              self.eval_clients == "participants", self.average_global, self.eval_finetune_epochs)
 
     def with_scale(self, scale: str | None) -> Config:
         if scale is None:

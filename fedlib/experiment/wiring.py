@@ -43,11 +43,7 @@ def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = "", 
     seed_everything(cfg.seed)
     model = build_model(cfg.model, data.input_shape, data.num_classes, cfg.dataset).to(cfg.device)
     method = make_method(cfg.method, **cfg.hyper) if method is None else method
-    return Federation(fed, model, method, seed=cfg.seed, rounds=cfg.rounds, local_epochs=cfg.local_epochs,
-                      batch_size=cfg.batch_size, lr=cfg.lr, fraction=cfg.fraction, eval_every=cfg.eval_every,
-                      optimizer=cfg.optimizer, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
-                      metrics=cfg.metric_sets(), global_test_size=cfg.global_test_size,
-                      eval_clients=cfg.eval_clients, average_global=cfg.average_global,
-                      late_clients=cfg.late_clients, late_round=cfg.late_round,
-                      eval_finetune_epochs=cfg.eval_finetune_epochs, executor=executor or cfg.executor,
-                      executor_options={"workers": cfg.workers}, checkpoint=checkpoint, progress=progress, desc=desc)
+    return Federation(fed, model, method, seed=cfg.seed, rounds=cfg.rounds, training=cfg.local_training(),
+                      participation=cfg.participation(), evaluation=cfg.evaluation_plan(),
+                      executor=executor or cfg.executor, executor_options={"workers": cfg.workers},
+                      checkpoint=checkpoint, progress=progress, desc=desc)

@@ -55,11 +55,12 @@ from fedlib.aggregate import select, weighted_average
 from fedlib.engine.core import Phase
 from fedlib.engine.core import cross_entropy_loss as ce_loss
 from fedlib.engine.evaluation import Evaluation, prefixed, register_metric_set
+from fedlib.engine.protocol import Participation, UniformParticipation
 from fedlib.errors import ConfigError
 from fedlib.losses import NEG, cross_entropy, sample_weight
 from fedlib.methods.base import GlobalPrototypes, Hyper, positive, unit_interval
 from fedlib.methods.registry import register
-from fedlib.metrics import accuracy, group_accuracy, summarize
+from fedlib.metrics import accuracy, frequency_groups, group_accuracy, summarize
 from fedlib.models import PARTS
 
 DISTANCES = ("euclidean", "sqeuclidean", "cosine", "code_cosine")
@@ -245,6 +246,23 @@ class FedPRP(GlobalPrototypes):
         return nearest(out.z, padded, holds | present)
 
 
+
+# ---------------------------------------------------------------------- participation of Table VII
+@dataclass(frozen=True)
+class LateClients(Participation):
+    """FedPRP Table VII: the last ``late`` clients join at round ``at_round`` (0-based). Before it the others
+    take part (a ``fraction`` of them, drawn as ``UniformParticipation`` draws); from it on only the late
+    ones do."""
+    late: int
+    at_round: int
+    fraction: float = 1.0
+
+    def clients(self, num_clients: int, seed: int, round_: int) -> list[int]:
+        if round_ >= self.at_round:
+            return list(range(num_clients - self.late, num_clients))
+        return UniformParticipation(self.fraction).clients(num_clients - self.late, seed, round_)
+
+
 # ---------------------------------------------------------------------- metric sets of this paper
 def _class_groups(ev: Evaluation) -> dict:
     """Accuracy on FedPRP's Many / Medium / Few classes and their mean ("average"), for the global
@@ -255,7 +273,7 @@ def _class_groups(ev: Evaluation) -> dict:
         if not confs:
             continue
         C = np.sum(confs, axis=0)
-        groups = {g: group_accuracy(C, idx) for g, idx in ev.class_groups.items()}
+        groups = {g: group_accuracy(C, idx) for g, idx in frequency_groups(ev.train_counts.sum(0)).items()}
         out.update({f"{prefix}_{g}": v for g, v in groups.items()})
         out[f"{prefix}_groups_average"] = float(np.nanmean(list(groups.values())))
     return out

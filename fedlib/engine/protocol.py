@@ -1,0 +1,66 @@
+"""A paper's protocol as objects the engine runs: how clients train locally (``LocalTraining``), who trains
+in each round (a ``Participation``), how and when the federation is evaluated (an ``EvaluationPlan``).
+
+The engine knows the general forms; a paper whose protocol differs brings its own object from its own module
+(FedPRP's late-joining clients: ``fedlib.methods.fedprp.LateClients``), so the engine does not change."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedlib.engine.core import derived_seed
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    """Every client's local training: epochs per round, mini-batch size, step size, optimizer."""
+    epochs: int
+    batch_size: int
+    lr: float
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+
+
+class Participation:
+    """Who trains in a round: ``clients(num_clients, seed, round_)`` gives the sorted client ids; deterministic
+    in (seed, round), so a resumed run draws the same clients."""
+
+    def clients(self, num_clients: int, seed: int, round_: int) -> list[int]:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class UniformParticipation(Participation):
+    """Every client when ``fraction`` is 1, else max(1, round(C m)) clients drawn uniformly each round."""
+    fraction: float = 1.0
+
+    def clients(self, num_clients: int, seed: int, round_: int) -> list[int]:
+        if self.fraction >= 1.0:
+            return list(range(num_clients))
+        k = max(1, int(round(self.fraction * num_clients)))
+        rng = np.random.default_rng(derived_seed(seed, round_, 7919))
+        return sorted(rng.choice(num_clients, size=k, replace=False).tolist())
+
+
+@dataclass(frozen=True)
+class EvaluationPlan:
+    """When and how the federation is evaluated.
+
+    ``metrics``: metric sets (``fedlib.engine.evaluation.METRIC_SETS``) beside the method's own;
+    ``global_test_size``: a seeded subset of the test set as the global test (None: all of it);
+    ``participants_only``: client models of the last round's participants only (FedPRP's A_loc / A_sel);
+    ``average_global``: for a method without a global model, evaluate the uniform average of the evaluated
+    clients' models as one (nothing of it is communicated); ``finetune_epochs``: a method without personal
+    models is evaluated per client after that many epochs of cross-entropy fine-tuning (pFedCSPC's "Local")."""
+    every: int = 1
+    metrics: tuple[str, ...] = ("standard",)
+    global_test_size: int | None = None
+    participants_only: bool = False
+    average_global: bool = False
+    finetune_epochs: int = 0
+
+    def due(self, t: int, rounds: int) -> bool:
+        """Whether the federation is evaluated after round ``t`` (0-based): every ``every`` rounds and last."""
+        return (t + 1) % self.every == 0 or t + 1 == rounds
