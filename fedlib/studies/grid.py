@@ -1,0 +1,303 @@
+"""Running the chapters' grids: where runs execute, a worker pool for book-scale grids, committed records
+of a grid, and recording a paper-scale grid (``python -m fedlib records``)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from fedlib.errors import check
+from fedlib.experiment import Config, read_cached_record, run
+
+RUNTIME = {"device": "cpu", "executor": "sequential"}
+
+
+def set_runtime(device: str = "auto", executor: str = "auto") -> dict:
+    """Where the chapter's runs execute (not part of any result's key). "auto": a CUDA device with the
+    batched executor when one is visible, else the CPU with the sequential executor."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    RUNTIME["device"] = ("cuda" if cuda else "cpu") if device == "auto" else device
+    RUNTIME["executor"] = ("batched" if RUNTIME["device"].startswith("cuda") else "sequential") \
+        if executor == "auto" else executor
+    return dict(RUNTIME)
+
+
+def _run_one(cfg: Config, kwargs: dict) -> dict:
+    return run(cfg, progress=False, **kwargs)
+
+
+def _single_thread():
+    import os
+
+    import torch
+
+    from fedlib.engine.executors import worker_process_setup
+
+    worker_process_setup()
+    os.environ["TQDM_DISABLE"] = "1"
+    torch.set_num_threads(1)
+
+
+_POOL: dict = {}
+
+
+def _pool(workers: int):
+    """One pool of single-threaded worker processes per session, reused by every grid."""
+    import atexit
+    from concurrent.futures import ProcessPoolExecutor
+
+    import torch
+
+    from fedlib.engine.executors import _main_script_hidden
+
+    if _POOL.get("workers") != workers:
+        if _POOL.get("pool") is not None:
+            _POOL["pool"].shutdown(cancel_futures=True)
+        with _main_script_hidden(True):
+            pool = ProcessPoolExecutor(workers, mp_context=torch.multiprocessing.get_context("spawn"),
+                                       initializer=_single_thread)
+            for f in [pool.submit(int, 0) for _ in range(workers)]:
+                f.result()   # start the workers now, while the main script is hidden
+        _POOL.update(pool=pool, workers=workers)
+        if not _POOL.get("atexit"):
+            atexit.register(lambda: _POOL.get("pool") and _POOL["pool"].shutdown(cancel_futures=True))
+            _POOL["atexit"] = True
+    return _POOL["pool"]
+
+
+def default_workers() -> int:
+    """Runs on the CPU are small enough that two single-threaded runs at once beat one run on two
+    threads (FedGPA at book scale: 1.7x the throughput on 2 cores); a GPU runs one at a time."""
+    import os
+
+    return 1 if RUNTIME["device"] != "cpu" else max(1, min(len(os.sched_getaffinity(0)), 8))
+
+
+def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, store: str | None = None,
+            workers: int | None = None, **kwargs) -> list[dict]:
+    """Run (or read from the cache) every config, with one progress bar over runs. Uncached runs are
+    spread over ``workers`` single-threaded processes (default: one per CPU core on the CPU, none on a
+    GPU). ``store``: also write each record to ``results/<store>/`` (the paper-scale records the book
+    shows)."""
+    from concurrent.futures import as_completed
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from fedlib import results
+    from fedlib.experiment import DEFAULT_CACHE
+
+    workers = default_workers() if workers is None else workers
+    cache = kwargs.get("cache_dir", DEFAULT_CACHE)
+    out: list = [None] * len(configs)
+    pending: dict[str, list[int]] = {}
+    for i, c in enumerate(configs):
+        path = Path(cache) / f"{c.key()}.json" if cache is not None else None
+        record = read_cached_record(path) if path is not None else None
+        if record is not None:
+            out[i] = record
+        else:
+            pending.setdefault(c.key() if cache is not None else str(i), []).append(i)
+    bar = tqdm(total=len(configs), initial=len(configs) - sum(map(len, pending.values())), desc=desc,
+               **({} if progress else {"disable": True}))  # TQDM_DISABLE=1 still applies
+    if workers > 1 and len(pending) > 1:
+        pool = _pool(workers)
+        futures = {pool.submit(_run_one, configs[idx[0]], kwargs): idx for idx in pending.values()}
+        try:
+            for future in as_completed(futures):
+                for i in futures[future]:
+                    out[i] = future.result()
+                bar.update(len(futures[future]))
+        except BaseException:
+            for f in futures:
+                f.cancel()
+            raise
+    else:
+        for idx in pending.values():
+            record = _run_one(configs[idx[0]], kwargs)
+            for i in idx:
+                out[i] = record
+            bar.update(len(idx))
+    bar.close()
+    if store:
+        for record in out:
+            results.write(record, store)
+    return out
+
+
+def run_grid(grid: dict, desc: str = "runs", progress: bool = True, store: str | None = None, **kwargs) -> dict:
+    """Run a grid {cell: [configs, one per seed]} in one ``run_all`` (one pool, one progress bar) and
+    return {cell: [records in the same order]}."""
+    records = iter(run_all([c for configs in grid.values() for c in configs], desc=desc, progress=progress,
+                           store=store, **kwargs))
+    return {cell: [next(records) for _ in configs] for cell, configs in grid.items()}
+
+
+def nested(cells: dict) -> dict:
+    """{(outer, inner): value} as {outer: {inner: value}}, in the grid's order."""
+    out: dict = {}
+    for (outer, inner), value in cells.items():
+        out.setdefault(outer, {})[inner] = value
+    return out
+
+
+def with_seeds(cfg: Config, seeds) -> list[Config]:
+    return [dataclasses.replace(cfg, seed=s) for s in seeds]
+
+
+def stored_grid(chapter: str, grid: dict, root=None) -> dict:
+    """For a grid {cell: [configs over seeds]}: the committed records of each cell (current ones only)
+    and the cells that have stale records. Returns {cell: {"records": [...], "stale": n, "missing": n}}."""
+    from fedlib import results
+
+    flat = [c for configs in grid.values() for c in configs]
+    found = iter(results.lookup(chapter, flat, root or results.RESULTS))
+    out = {}
+    for cell, configs in grid.items():
+        hits = [next(found) for _ in configs]
+        out[cell] = {"records": [h.record for h in hits if h is not None and not h.stale],
+                     "stale": sum(1 for h in hits if h is not None and h.stale),
+                     "missing": sum(1 for h in hits if h is None)}
+    return out
+
+
+def paper_grid(tables: dict, seeds=None, only=None) -> list[Config]:
+    """A chapter's paper-scale configs in the order the ``records`` command fills them: ``tables``
+    ({table: {cell: [configs over seeds]}}, the headline table first) one table after the other, each
+    seed by seed (a partial run still fills whole tables, one seed at a time). ``seeds``: run exactly these
+    seeds in every table instead of each table's own; ``only``: these tables. A config that two tables
+    share (e.g. an ablation's full model) is listed once."""
+    if only is not None:
+        unknown = [t for t in only if t not in tables]
+        check(not unknown, "tables", ", ".join(unknown), f"tables of this chapter: {', '.join(tables)}")
+    out: dict[str, Config] = {}
+    for name, grid in tables.items():
+        if only is not None and name not in only:
+            continue
+        cells = [configs for configs in grid.values()]
+        if seeds is not None:
+            cells = [[dataclasses.replace(configs[0], seed=int(s)) for s in seeds] for configs in cells]
+        by_seed: dict[int, list[Config]] = {}
+        for configs in cells:
+            for cfg in configs:
+                by_seed.setdefault(cfg.seed, []).append(cfg)
+        for seed in sorted(by_seed, key=lambda s: [c.seed for configs in cells for c in configs].index(s)):
+            for cfg in by_seed[seed]:
+                out.setdefault(cfg.key(), cfg)
+    return list(out.values())
+
+
+def _record_job(configs: list[Config], chapter: str, root, deadline: float | None, batched: bool,
+                cache_dir) -> list[tuple]:
+    """In a worker process: train ``configs`` (one run-batched group, or one config) with the cache's
+    checkpoints (a later call resumes them), write each finished record to ``results/<chapter>/``; returns
+    per config (status, what to log): "done" with its final accuracies, "failed" with the error, "left"."""
+    from fedlib import results
+    from fedlib.experiment import run_many
+
+    if batched:
+        outcomes = run_many(configs, cache_dir=cache_dir, progress=False, deadline=deadline)
+    else:
+        outcomes = []
+        for cfg in configs:
+            try:
+                outcomes.append(run(cfg, cache_dir=cache_dir, progress=False))
+            except Exception as exc:
+                outcomes.append(exc)
+    out = []
+    for outcome in outcomes:
+        if isinstance(outcome, dict):
+            results.write(outcome, chapter, root)
+            accs = {k: round(v, 4) for k, v in outcome["final"].items() if k.endswith("_acc")}
+            out.append(("done", f"{outcome['wall_time_s']:.0f} s, final {json.dumps(accs)}"))
+        elif isinstance(outcome, BaseException):
+            out.append(("failed", f"{type(outcome).__name__}: {outcome}"))
+        else:
+            out.append(("left", "stopped at the deadline; its checkpoint resumes it"))
+    return out
+
+
+def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_s: float | None = None,
+                device: str = "cuda", executor: str = "batched", root=None, log=print,
+                max_runs: int | None = None, cache_dir=None) -> dict:
+    """Run every config that has no current record under ``results/<chapter>/`` and write its record.
+
+    With the batched executor, configs that can share a vmapped step run together (``run_many``: groups of
+    at most ``max_runs``); otherwise one config per job. Jobs go to ``workers`` processes at once, in the
+    order of ``configs`` (on a GPU several groups overlap). Every run checkpoints into the cache, so a call
+    cut short loses at most its last rounds: run the same command again to go on. With ``deadline_s`` no job
+    starts after it, run-batched groups start no round after it, and the call returns soon after (at most
+    ``DEADLINE_GRACE_S`` later: a process still busy then is stopped, keeping its last checkpoint).
+    A run that raises is logged and counted, and the others go on. ``cache_dir``: the runs' cache (records and
+    checkpoints), default ``.fedlib-cache``.
+    Returns {"done": n, "failed": n, "skipped": n, "left": n, "wall_s": s}."""
+    import time
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    import torch
+
+    from fedlib import results
+    from fedlib.experiment import DEFAULT_CACHE, lockstep_groups, validate
+
+    start = time.time()
+    cache_dir = cache_dir or DEFAULT_CACHE
+    deadline = None if deadline_s is None else start + deadline_s
+    root = root or results.RESULTS
+    have = {s.record["key"] for s in results.load(chapter, root) if not s.stale}
+    todo = [dataclasses.replace(c, device=device, executor=executor) for c in configs if c.key() not in have]
+    for cfg in todo:   # every config is checked here, before any process starts
+        validate(cfg)
+    batched = executor == "batched"
+    jobs = [[todo[i] for i in g] for g in lockstep_groups(todo, max_runs)] if batched else [[c] for c in todo]
+    log(f"{chapter}: {len(configs)} configs, {len(configs) - len(todo)} already recorded, {len(todo)} to run "
+        f"on {device} ({executor}, {len(jobs)} job(s)) with {workers} worker(s)")
+    counts = {"done": 0, "failed": 0, "left": 0}
+    pool = ProcessPoolExecutor(workers, mp_context=torch.multiprocessing.get_context("spawn"),
+                               initializer=_gpu_worker_setup)
+    running: dict = {}
+    queue = list(jobs)
+    try:
+        while queue or running:
+            while queue and len(running) < workers and (deadline is None or time.time() < deadline):
+                job = queue.pop(0)
+                running[pool.submit(_record_job, job, chapter, root, deadline, batched, cache_dir)] = job
+            if not running:
+                break
+            limit = None if deadline is None else max(deadline + (DEADLINE_GRACE_S if batched else 0) - time.time(), 0)
+            finished, _ = wait(running, timeout=limit, return_when=FIRST_COMPLETED)
+            if not finished:
+                in_flight = sum(map(len, running.values()))
+                log(f"deadline: {in_flight} run(s) in flight stopped (their checkpoints resume them)")
+                break
+            for future in finished:
+                job = running.pop(future)
+                try:
+                    outcomes = future.result()
+                except Exception as exc:
+                    outcomes = [("failed", f"{type(exc).__name__}: {exc}")] * len(job)
+                for cfg, (status, what) in zip(job, outcomes):
+                    counts[status] += 1
+                    label = f"{cfg.method} {cfg.hyper or ''} seed {cfg.seed}"
+                    if status == "failed":
+                        log(f"FAILED {label}: {what}")
+                    else:
+                        log(f"[{counts['done']}/{len(todo)} {time.time() - start:6.0f} s] {label}: {what}")
+    finally:
+        for proc in list(getattr(pool, "_processes", {}).values()):
+            proc.kill()
+        pool.shutdown(wait=False, cancel_futures=True)
+    return {"done": counts["done"], "failed": counts["failed"], "skipped": len(configs) - len(todo),
+            "left": len(todo) - counts["done"] - counts["failed"], "wall_s": time.time() - start}
+
+
+DEADLINE_GRACE_S = 90.0   # a run-batched group finishes the round it is in when the deadline passes
+
+
+def _gpu_worker_setup():
+    import os
+
+    import torch
+
+    os.environ["TQDM_DISABLE"] = "1"
+    torch.set_num_threads(1)

@@ -1,0 +1,261 @@
+"""Reporting, one place for every chapter: method labels, mean ± std over seeds, provenance of records,
+results tables, verdicts (claims), and the summaries the results overview reads."""
+from __future__ import annotations
+
+import dataclasses
+import html
+import json
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedlib.experiment import summarize_runs
+
+
+def method_labels(names, **overrides: str) -> dict[str, str]:
+    """Each method's label (its class's ``label``), or the name a chapter's paper uses for it."""
+    from fedlib.methods import METHODS as REGISTERED
+
+    return {n: overrides.get(n, REGISTERED[n].label) for n in names}
+
+
+def mean_std(records: list[dict], metric: str = "personal_local_acc") -> tuple[float, float, int]:
+    """(mean, population std, number of seeds) of the last evaluated value of ``metric``."""
+    return summarize_runs(records, metrics=(metric,))[metric]
+
+
+def fmt(ms) -> str:
+    """'mean ± std' in %, or just the mean for a single seed."""
+    mean, std, n = ms
+    return f"{100 * mean:.2f} ± {100 * std:.2f}" if n > 1 else f"{100 * mean:.2f}"
+
+
+def provenance(records: list[dict]) -> dict:
+    """Where, when and with which code a set of records was made."""
+    if not records:
+        return {}
+    wall = sum(r.get("wall_time_s", 0.0) for r in records)
+    dates = sorted(r.get("finished_at", "")[:10] for r in records)
+    return {"runs": len(records), "devices": sorted({r.get("device", "?") for r in records}),
+            "executors": sorted({r.get("executor", "sequential") for r in records}),
+            "code": sorted({r.get("code_version", "?") for r in records}),
+            "dates": f"{dates[0]} to {dates[-1]}" if dates[0] != dates[-1] else dates[0],
+            "wall time": f"{wall / 3600:.1f} h" if wall > 3600 else f"{wall:.0f} s"}
+
+
+def records_in(*groups) -> list[dict]:
+    """Every run record inside lists, tuples and dicts of records (nested as the chapters keep them)."""
+    out: list[dict] = []
+
+    def walk(x):
+        if isinstance(x, dict) and "config" in x and "final" in x:
+            out.append(x)
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+
+    for g in groups:
+        walk(g)
+    unique = {id(r): r for r in out}
+    return list(unique.values())
+
+
+def _model_name(cfg: dict) -> str:
+    from fedlib.models import DEFAULT_MODEL
+
+    if cfg.get("model"):
+        return cfg["model"]
+    return "projection" if cfg.get("backbones") else DEFAULT_MODEL.get(cfg.get("dataset") or "", "cnn2")
+
+
+def _listed(values, limit: int = 3) -> str:
+    def order(v: str):
+        try:
+            return (0, float(v), v)
+        except ValueError:
+            return (1, 0.0, v)
+
+    values = sorted({str(v) for v in values}, key=order)
+    return ", ".join(values) if len(values) <= limit else f"{', '.join(values[:limit])} and {len(values) - limit} more"
+
+
+def provenance_line(records: list[dict], scale: str, test_set: str) -> str:
+    """One line saying what a results table is made of: scale, data, model, test set, seeds and how the
+    spread is computed, code version, device, wall time."""
+    if not records:
+        return f"scale {scale}; no runs"
+    cfgs = [r["config"] for r in records]
+    seeds = sorted({int(r["seed"]) for r in records})
+    spread = "one seed, no spread" if len(seeds) == 1 else f"mean ± population std (ddof 0) over {len(seeds)} seeds"
+    wall = sum(r.get("wall_time_s", 0.0) for r in records)
+    wall_s = f"{wall / 3600:.1f} h" if wall > 3600 else f"{wall / 60:.1f} min" if wall > 120 else f"{wall:.0f} s"
+    return (
+        f"scale {scale}; data {_listed(c['dataset'] for c in cfgs)}; model {_listed(_model_name(c) for c in cfgs)}; "
+        f"{_listed(c['num_clients'] for c in cfgs)} clients, {_listed(c['rounds'] for c in cfgs)} rounds; "
+        f"test: {test_set}; seeds {_listed(seeds, 5)}: {spread}; "
+        f"code {_listed(r.get('code_version', '?') for r in records)}; "
+        f"device {_listed(r.get('device', '?') for r in records)}; {len(records)} runs, {wall_s} of training"
+    )
+
+
+def _cell(v) -> str:
+    """The book's one number format: two decimals for measured or quoted percentages, plain integers."""
+    import math
+
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.2f}"
+    if isinstance(v, int):
+        return f"{v:,}" if abs(v) >= 10_000 else str(v)
+    return str(v)
+
+
+class ResultsTable:
+    """A results table as the book shows it: no index column, one number format, at most ``max_columns``
+    columns per part (wider tables are split, the first ``keys`` columns repeated), and a provenance line."""
+
+    def __init__(self, table, records=(), scale: str = "", test_set: str = "", note: str = "",
+                 keys: int = 1, max_columns: int = 6):
+        import pandas as pd
+
+        df = table if isinstance(table, pd.DataFrame) else pd.DataFrame(table)
+        if isinstance(df.columns, pd.MultiIndex):
+            df = df.copy()
+            names = df.columns.names
+            df.columns = [" ".join(str(v) if name is None else f"{name}={v}" for name, v in zip(names, col) if str(v))
+                          for col in df.columns]
+        if not isinstance(df.index, pd.RangeIndex) or df.index.name is not None:
+            keys = max(keys, df.index.nlevels)
+            df = df.reset_index()
+        self.df = df.map(_cell)
+        self.df.columns.name = None
+        self.records = records_in(records)
+        self.keys, self.max_columns = keys, max_columns
+        self.caption = provenance_line(self.records, scale, test_set) if self.records else ""
+        self.note = note
+
+    def parts(self) -> list:
+        cols = list(self.df.columns)
+        key, rest = cols[:self.keys], cols[self.keys:]
+        width = max(1, self.max_columns - len(key))
+        return [self.df[key + rest[i:i + width]] for i in range(0, max(len(rest), 1), width)]
+
+    def _repr_html_(self) -> str:
+        tables = "".join(part.to_html(index=False, escape=True, border=0, classes="results")
+                         for part in self.parts())
+        lines = "".join(f"<p class='provenance'>{html.escape(t)}</p>" for t in (self.note, self.caption) if t)
+        return f"<div class='results-table'>{tables}{lines}</div>"
+
+    def __repr__(self) -> str:
+        text = "\n\n".join(part.to_string(index=False) for part in self.parts())
+        return "\n".join(t for t in (text, self.note, self.caption) if t)
+
+
+def show_table(table, records=(), scale: str = "", test_set: str = "", note: str = "", keys: int = 1,
+               max_columns: int = 6) -> None:
+    """Display a results table with its provenance (see ``ResultsTable``)."""
+    from IPython.display import display
+
+    shown = ResultsTable(table, records, scale, test_set, note, keys, max_columns)
+    display(shown)
+
+
+def report_stored(stored: dict, grid: str = "") -> list[dict]:
+    """Print how much of a paper-scale grid has committed records (``stored_grid``'s answer) and where,
+    when and with which code they were made; return the current records."""
+    found = [r for cell in stored.values() for r in cell["records"]]
+    stale = sum(c["stale"] for c in stored.values())
+    missing = sum(c["missing"] for c in stored.values())
+    print(f"committed paper-scale records{f' ({grid})' if grid else ''}: {len(found)} current, {stale} stale, "
+          f"{missing} missing of {len(found) + stale + missing}")
+    if found:
+        p = provenance(found)
+        print(f"made on {', '.join(p['devices'])} ({', '.join(p['executors'])} executor), {p['dates']}, "
+              f"code {', '.join(p['code'])}: {p['runs']} runs, {p['wall time']} of device time")
+    else:
+        print("No paper-scale run has been recorded yet: the grid needs a GPU; the book shows the records "
+              "as soon as they are committed.")
+    return found
+
+
+@dataclass
+class Claim:
+    claim: str                     # what the paper says, in a sentence
+    paper: str                     # the paper's evidence (table/figure, numbers)
+    ours: str                      # our numbers
+    holds: bool | None             # None: cannot be checked here
+    note: str = ""
+
+
+def verdict_html(claims: list[Claim], scale_note: str) -> str:
+    """The verdict box closing a chapter: each claim, whether it holds here, with the numbers."""
+    mark = {True: ("holds here", "yes"), False: ("does not hold here", "no"), None: ("not checked", "na")}
+    rows = "".join(
+        f"<tr><td>{html.escape(c.claim)}</td><td>{html.escape(c.paper)}</td><td>{html.escape(c.ours)}"
+        f"{'<br><em>' + html.escape(c.note) + '</em>' if c.note else ''}</td>"
+        f"<td class='verdict-{mark[c.holds][1]}'>{mark[c.holds][0]}</td></tr>" for c in claims)
+    held = sum(1 for c in claims if c.holds)
+    return (f"<div class='verdict'><p><strong>Verdict per claim</strong> ({html.escape(scale_note)}): "
+            f"{held} of {len(claims)} claims hold here.</p><table><thead><tr><th>claim</th><th>paper</th>"
+            f"<th>ours</th><th>verdict</th></tr></thead><tbody>{rows}</tbody></table></div>")
+
+
+def ordered(values: list[float]) -> bool:
+    """Strictly increasing."""
+    return all(b > a for a, b in zip(values, values[1:]))
+
+
+def entropy_rows(W) -> float:
+    """Mean over rows of the entropy (nats) of a row-stochastic matrix."""
+    W = np.asarray(W, dtype=float)
+    return float((-(W * np.log(np.where(W > 0, W, 1))).sum(1)).mean())
+
+
+def summary_path(chapter: str, scale: str):
+    from fedlib.experiment import DEFAULT_CACHE
+
+    return DEFAULT_CACHE / "summaries" / f"{chapter}-{scale}.json"
+
+
+def save_summary(chapter: str, scale: str, headline: tuple[str, list[dict]] | None = None,
+                 claims: list[Claim] | None = None, scale_note: str = "", provenance: str = "") -> None:
+    """Leave what the book's results overview shows of a chapter: its headline table (title, rows with
+    ours beside the paper, the table's provenance line) and its claims with their verdicts, at one scale."""
+    import time
+
+    from fedlib.experiment import atomic_json, code_version
+
+    path = summary_path(chapter, scale)
+    data = read_cached_record_like(path)
+    data.update({"chapter": chapter, "scale": scale, "code_version": code_version(),
+                 "saved_at": time.strftime("%Y-%m-%d %H:%M")})
+    if headline is not None:
+        data["headline"] = {"title": headline[0], "rows": headline[1], "provenance": provenance}
+    if claims is not None:
+        data["claims"] = [dataclasses.asdict(c) for c in claims]
+        data["scale_note"] = scale_note
+    atomic_json(path, data)
+
+
+def read_cached_record_like(path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def load_summaries(chapters, scale: str) -> dict:
+    """chapter -> its saved summary at ``scale`` (chapters not run at that scale are left out)."""
+    out = {}
+    for chapter in chapters:
+        data = read_cached_record_like(summary_path(chapter, scale))
+        if data:
+            out[chapter] = data
+    return out
