@@ -164,3 +164,42 @@ def test_bad_engine_settings_are_refused(kwargs, field):
         validate(make_config(**kwargs))
     assert err.value.field == field
 
+
+
+def tensors_in(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            yield from tensors_in(v)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            yield from tensors_in(v)
+
+
+@pytest.mark.parametrize("name", ["fedavg", "scaffold", "fedgpa", "fedproto", "fedprp", "pfedcspc"])
+def test_what_a_client_receives_shares_no_storage_with_the_server_state(name):
+    fed = build(make_config(method=name, **DIGITS))
+    fed.run_round(0)   # round 1 sends what the first aggregation made (prototypes, control variates)
+    received = [t for ctx in [fed.context(task) for task in fed.open_round(1)] + [fed.anonymous_context(1)]
+                for t in tensors_in(ctx.received)]
+    server_storage = {t.untyped_storage().data_ptr() for t in tensors_in(fed.server.state)}
+    assert received and not any(t.untyped_storage().data_ptr() in server_storage for t in received), name
+
+
+class Vandal(Method):
+    """Writes into what it received, in place: the server's model must not change."""
+    name = "test_vandal"
+
+    def receive(self, ctx):
+        for t in ctx.received["params"].values():
+            t.add_(1000.0)
+        return super().receive(ctx)
+
+
+def test_a_client_writing_into_what_it_received_cannot_change_the_server_model(monkeypatch):
+    monkeypatch.setitem(METHODS, Vandal.name, Vandal)
+    fed = build(make_config(method=Vandal.name, **DIGITS))
+    before = {k: v.clone() for k, v in fed.server.state["global"].items()}
+    fed.executor.run(fed.method, fed.open_round(0))
+    assert all(torch.equal(fed.server.state["global"][k], v) for k, v in before.items())

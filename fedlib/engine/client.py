@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from fedlib.engine.core import ClientContext, LocalResult, Phase, derived_seed
+from fedlib.engine.core import ClientContext, LocalResult, Phase, derived_seed, own_copy
 
 ADAPT_SALT = 99   # evaluation-time adaptation draws its batches from (seed, round, client, 99 + phase)
 
@@ -60,7 +60,7 @@ class Setup:
             seed=derived_seed(self.seed, task.round, i),
             num_classes=self.num_classes,
             lr=self.lr,
-            received=task.received,
+            received=own_copy(task.received),   # never the server's own tensors
             state=task.state,
             model=task.model,
             counts=self.counts[i],

@@ -128,6 +128,20 @@ def clone(params: Params) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in params.items()}
 
 
+def own_copy(obj: Any) -> Any:
+    """A copy of a message whose tensors share no storage with the sender's (nested dicts, lists, tuples): what
+    a client receives in this process is its own, as it is when it comes through a worker process or Flower."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone()
+    if isinstance(obj, dict):
+        return {k: own_copy(v) for k, v in obj.items()}
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):   # named tuples (Batch, Out)
+        return type(obj)(*(own_copy(v) for v in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(own_copy(v) for v in obj)
+    return obj
+
+
 def cross_entropy_loss(out: Out, batch: Batch, params: Params, ctx: ClientContext) -> torch.Tensor:
     """The plain local objective as a Phase loss (FedPAC's head phase, fine-tuning before evaluation)."""
     return cross_entropy(out.logits, batch)

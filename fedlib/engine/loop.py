@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from fedlib.data.federated import FederatedData
 from fedlib.engine.client import ClientTask, Setup
-from fedlib.engine.core import Batch, ClientContext, ClientSlot, Server, clone, derived_seed
+from fedlib.engine.core import Batch, ClientContext, ClientSlot, Server, clone, derived_seed, own_copy
 from fedlib.engine.evaluation import Evaluator, global_test_indices, resolve_metric_sets
 from fedlib.engine.executors import make_executor
 from fedlib.engine.protocol import EvaluationPlan, LocalTraining, Participation, UniformParticipation
@@ -114,8 +114,8 @@ class Federation:
         """The context the global model is evaluated in: no client, what the server sends anyone."""
         return ClientContext(client_id=None, round=t, rounds=self.rounds, seed=derived_seed(self.seed, t, 2 ** 31),
                              num_classes=self.data.num_classes, lr=self.setup.lr,
-                             received=self.method.broadcast(self.server, None), state={}, model=None, counts=None,
-                             size=None, labels=None, forward=self.trainer.forward)
+                             received=own_copy(self.method.broadcast(self.server, None)), state={}, model=None,
+                             counts=None, size=None, labels=None, forward=self.trainer.forward)
 
     # ------------------------------------------------------------------ one round
     def open_round(self, t: int) -> list[ClientTask]:
