@@ -133,3 +133,10 @@ def test_more_clients_than_samples_is_refused():
 def test_skew_pool_exhaustion_is_a_clear_error():
     with pytest.raises(ConfigError, match="ran out"):
         partition(LABELS, 10, 20, {"name": "skew", "s": 20, "n": 600, "k": 5}, 0)
+
+
+@pytest.mark.parametrize("n", [["a"], "many", [3, None]])
+def test_a_non_numeric_skew_size_is_a_config_error_not_a_stack_trace(n):
+    labels = np.repeat(np.arange(10), 20)
+    with pytest.raises(ConfigError, match=r"n=.* is not allowed: (a positive integer|an integer)"):
+        partition(labels, 10, 4, {"name": "skew", "s": 20, "n": n, "k": 2}, seed=0)
