@@ -203,3 +203,32 @@ def test_a_client_writing_into_what_it_received_cannot_change_the_server_model(m
     before = {k: v.clone() for k, v in fed.server.state["global"].items()}
     fed.executor.run(fed.method, fed.open_round(0))
     assert all(torch.equal(fed.server.state["global"][k], v) for k, v in before.items())
+
+
+class ScratchUser(Method):
+    """Keeps a per-update value in ``ctx.scratch``: fresh at every update, readable inside the (vmapped) loss,
+    never stored with the client."""
+    name = "test_scratch"
+
+    def receive(self, ctx):
+        assert ctx.scratch == {}, "scratch must start empty at every update"
+        ctx.scratch["scale"] = torch.tensor(1.0 + ctx.round)
+        return super().receive(ctx)
+
+    def local_loss(self, out, batch, params, ctx):
+        return super().local_loss(out, batch, params, ctx) * ctx.scratch["scale"] / (1.0 + ctx.round)
+
+    def upload(self, ctx, models, result):
+        assert float(ctx.scratch["scale"]) == 1.0 + ctx.round
+        return super().upload(ctx, models, result)
+
+
+@pytest.mark.parametrize("executor", ["sequential", "batched"])
+def test_scratch_is_fresh_each_update_read_by_the_loss_and_never_kept(monkeypatch, executor):
+    monkeypatch.setitem(METHODS, ScratchUser.name, ScratchUser)
+    fed = build(make_config(method=ScratchUser.name, executor=executor, **DIGITS))
+    fed.run()
+    assert all("scale" not in slot.state for slot in fed.clients)
+    plain = build(make_config(method="fedavg", executor=executor, **DIGITS))
+    plain.run()
+    assert fed.history[-1]["personal_local_acc"] == pytest.approx(plain.history[-1]["personal_local_acc"], abs=1e-6)

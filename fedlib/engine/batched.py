@@ -214,7 +214,7 @@ class BatchedTrainer:
             shared = all(s[k] is first for s in starts)
             frozen_p[k] = first if shared else torch.stack([s[k] for s in starts])
             frozen_dims[k] = None if shared else 0
-        spec, consts, ctx_inputs, ctx_dims = _stack_leaves([(c.received, c.state, c.counts) for c in ctxs])
+        spec, consts, ctx_inputs, ctx_dims = _stack_leaves([(c.received, c.state, c.scratch, c.counts) for c in ctxs])
         template = dataclasses.replace(ctxs[0], client_id=None, seed=None, model=None, labels=None, size=None,
                                        features=None, validation=None, validation_labels=None, forward_from=None,
                                        forward=self.forward)
@@ -228,8 +228,8 @@ class BatchedTrainer:
 
         def client_loss(tp, fp, x, y, wt, ctx_tensors):
             it = iter(ctx_tensors)
-            received, state, counts = tree_unflatten([next(it) if c is _TENSOR else c for c in consts], spec)
-            ctx = dataclasses.replace(template, received=received, state=state, counts=counts)
+            received, state, scratch, counts = tree_unflatten([next(it) if c is _TENSOR else c for c in consts], spec)
+            ctx = dataclasses.replace(template, received=received, state=state, scratch=scratch, counts=counts)
             out = Out(*functional_call(model, network_params({**fp, **tp}), (x,), {"with_features": True}))
             return loss_fn(out, Batch(x, y, wt), tp, ctx)
 

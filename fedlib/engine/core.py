@@ -59,11 +59,12 @@ class Phase:
 
 @dataclass(frozen=True)
 class ClientContext:
-    """What one client knows during one local update (or one evaluation). Frozen: hooks read it;
-    the only thing a client hook may change is its own ``state`` dict.
+    """What one client knows during one local update (or one evaluation). Frozen: hooks read it; a client
+    hook may change only its own ``state`` dict (kept between rounds: checkpointed, sent with the client)
+    and ``scratch``, this update's working space (fresh each update, never stored or sent).
 
-    Inside ``local_loss`` under the batched executor, ``received``, ``state`` and ``counts`` hold this
-    client's values (vmapped); ``model``, ``labels``, ``features``, ``validation``, ``client_id``, ``seed``
+    Inside ``local_loss`` under the batched executor, ``received``, ``state``, ``scratch`` and ``counts`` hold
+    this client's values (vmapped); ``model``, ``labels``, ``features``, ``validation``, ``client_id``, ``seed``
     and ``size`` are None there, so a loss must not depend on them."""
     client_id: int | None
     round: int                         # 0-based
@@ -84,6 +85,7 @@ class ClientContext:
     validation_labels: torch.Tensor | None = None
     batch_size: int | None = None      # the experiment's mini-batch size (methods' own loops: FedALA)
     forward_from: Callable[[Params, torch.Tensor], Out] | None = None   # projector and head on encoder outputs h
+    scratch: dict = field(default_factory=dict)   # this update's working space: never checkpointed nor sent
 
 
 @dataclass

@@ -87,11 +87,11 @@ class CReFF(Method):
         head = ctx.received["syn_head"]
         z = ctx.features({**models["local"], **head}).z
         gW, gb, has = class_gradients(z, ctx.labels, head["head.weight"], head["head.bias"], ctx.num_classes)
-        ctx.state["grads"] = (gW, gb, has)
+        ctx.scratch["grads"] = (gW, gb, has)
         return models
 
     def upload(self, ctx, models, result):
-        gW, gb, has = ctx.state.pop("grads")
+        gW, gb, has = ctx.scratch["grads"]
         return {**super().upload(ctx, models, result), "grad_w": gW, "grad_b": gb, "has": has}
 
     def aggregate(self, server, uploads):

@@ -64,10 +64,6 @@ class FedFA(Method):
     def broadcast(self, server, client_id):
         return {**super().broadcast(server, client_id), "anchors": server.state["anchors"]}
 
-    def receive(self, ctx):
-        ctx.state["calib"] = None           # the calibration optimiser starts fresh every round
-        return super().receive(ctx)
-
     def local_phases(self, ctx):
         return [Phase(step=self.anchored_step)]
 
@@ -85,7 +81,7 @@ class FedFA(Method):
         w, b = params["head.weight"], params["head.bias"]
         labels = torch.arange(len(anchors), device=anchors.device)
         gw, gb = torch.autograd.grad(F.cross_entropy(F.linear(anchors, w, b), labels), [w, b])
-        state = ctx.state["calib"] or {"t": 0, "m": [torch.zeros_like(w), torch.zeros_like(b)],
+        state = ctx.scratch.get("calib") or {"t": 0, "m": [torch.zeros_like(w), torch.zeros_like(b)],
                                        "v": [torch.zeros_like(w), torch.zeros_like(b)]}
         state["t"] += 1
         with torch.no_grad():
@@ -95,10 +91,9 @@ class FedFA(Method):
                 m_hat = state["m"][i] / (1 - 0.9 ** state["t"])
                 v_hat = state["v"][i] / (1 - 0.999 ** state["t"])
                 p.sub_(self.hp.calib_lr * m_hat / (v_hat.sqrt() + 1e-8))
-        ctx.state["calib"] = state
+        ctx.scratch["calib"] = state        # the calibration optimiser starts fresh every round
 
     def upload(self, ctx, models, result):
-        ctx.state.pop("calib", None)
         out = ctx.features(models["local"])
         counts = torch.bincount(ctx.labels, minlength=ctx.num_classes)
         means = torch.zeros_like(ctx.received["anchors"]).index_add_(0, ctx.labels, out.z) / \

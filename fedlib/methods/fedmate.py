@@ -231,9 +231,8 @@ class FedMate(PrototypeSharing):
             gen = torch.Generator().manual_seed(derived_seed(ctx.seed, 17))
             state["dpr"] = discriminator_init(ctx.num_classes, self.hp.d_hidden, gen)
             state["dcl"] = discriminator_init(ctx.num_classes, self.hp.d_hidden, gen)
-        state["d_momentum"] = None                                        # fresh optimiser every round
         counts, protos, _ = self.local_statistics(ctx, models["local"])   # Eq. 1, before training (A17)
-        state["local_protos"], state["local_has"] = protos, counts > 0
+        ctx.scratch["local_protos"], ctx.scratch["local_has"] = protos, counts > 0
         return models
 
     def local_phases(self, ctx):
@@ -248,7 +247,7 @@ class FedMate(PrototypeSharing):
     def classifier_step(self, batch, params, ctx):
         """One mini-batch of the classifier phase: D_pr and D_cl step, then phi_i steps on Eq. 3."""
         state, rec = ctx.state, ctx.received
-        local_p, local_has = state["local_protos"], state["local_has"]
+        local_p, local_has = ctx.scratch["local_protos"], ctx.scratch["local_has"]
         glob, present = rec["protos"], rec["present"]
         kappa = 1 - ctx.round / ctx.rounds
         adversarial = glob is not None
@@ -258,7 +257,7 @@ class FedMate(PrototypeSharing):
                 real_pr = head_logits(params, glob[local_has & present])
                 fake_cl = head_logits(params, glob[present])
                 real_cl = head_logits(rec["global_head"], glob[present])
-            self.discriminator_step(state, ("dpr", real_pr, fake_pr), ("dcl", real_cl, fake_cl))
+            self.discriminator_step(state, ctx.scratch, ("dpr", real_pr, fake_pr), ("dcl", real_cl, fake_cl))
         out = ctx.forward(params, batch.x)
         labels = torch.arange(ctx.num_classes, device=batch.y.device)
         ccf = cross_entropy(head_logits(params, local_p[local_has]), Batch(None, labels[local_has]))
@@ -272,9 +271,10 @@ class FedMate(PrototypeSharing):
             p.grad = g
         return loss.detach()
 
-    def discriminator_step(self, state: dict, *games) -> None:
-        """One SGD step (momentum 0.5, weight decay 5e-4, as the official code) of each discriminator."""
-        momentum = state["d_momentum"] or {}
+    def discriminator_step(self, state: dict, scratch: dict, *games) -> None:
+        """One SGD step (momentum 0.5, weight decay 5e-4, as the official code) of each discriminator; the
+        momentum buffers start fresh every round (``scratch``)."""
+        momentum = scratch.get("d_momentum") or {}
         for name, real, fake in games:
             d = {k: v.detach().requires_grad_(True) for k, v in state[name].items()}
             grads = dict(zip(d, torch.autograd.grad(discriminator_loss(d, real, fake), list(d.values()))))
@@ -286,7 +286,7 @@ class FedMate(PrototypeSharing):
                 momentum[(name, k)] = buf
                 new[k] = (v - self.hp.d_lr * buf).detach()
             state[name] = new
-        state["d_momentum"] = momentum
+        scratch["d_momentum"] = momentum
 
     def local_loss(self, out, batch, params, ctx):
         """The extractor phase: CE + lambda_p * MSE to the global prototype of each sample's class."""
@@ -302,8 +302,6 @@ class FedMate(PrototypeSharing):
         if not self.uploads_body(ctx.round, n_body, ctx.num_classes, d):
             up["params"] = {}                           # CFT: this round the extractor stays home
         up["head"] = select(local, ("head",))
-        for k in ("local_protos", "local_has", "d_momentum"):
-            ctx.state.pop(k, None)
         return up
 
     def global_params(self, server):

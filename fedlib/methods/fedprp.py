@@ -194,7 +194,7 @@ class FedPRP(GlobalPrototypes):
         if "extra.eps" not in local:
             local["extra.eps"] = torch.full((ctx.num_classes,), float(self.hp.eps_init))
         if self.hp.use_id:  # A3: anchors = the client's prototypes under the received body, fixed for this update
-            ctx.state["anchors"] = self.local_statistics(ctx, local)[1]
+            ctx.scratch["anchors"] = self.local_statistics(ctx, local)[1]
         return models
 
     def local_phases(self, ctx):
@@ -211,7 +211,7 @@ class FedPRP(GlobalPrototypes):
             eps = params.get("extra.eps")
             if eps is None:
                 eps = torch.full((ctx.num_classes,), float(hp.eps_init), device=out.z.device)
-            loss = loss + hp.lam * discrimination_loss(out.z, batch, ctx.state["anchors"], eps, hp.tau, hp.distance)
+            loss = loss + hp.lam * discrimination_loss(out.z, batch, ctx.scratch["anchors"], eps, hp.tau, hp.distance)
         if hp.use_ic:
             loss = loss + (1 - hp.lam) * consistency_loss(out.z, batch, ctx.received["protos"],
                                                           ctx.received["present"], hp.ic)
@@ -223,7 +223,6 @@ class FedPRP(GlobalPrototypes):
             seen = (ctx.state["counts"] > 0).unsqueeze(1)
             protos = torch.where(seen, 0.5 * protos + 0.5 * ctx.state["protos"], protos)
         ctx.state["protos"], ctx.state["counts"] = protos, counts.long()
-        ctx.state.pop("anchors", None)
         return {"params": select(models["local"], self.shared), "protos": protos, "counts": counts.long()}
 
     # ------------------------------------------------------------------ evaluation

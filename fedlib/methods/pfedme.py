@@ -37,29 +37,25 @@ class PFedMe(PersonalModel, Method):
     paper = "Dinh, Tran & Nguyen, NeurIPS 2020"
     Hyper = PFedMeHyper
 
-    def receive(self, ctx):
-        ctx.state["theta"] = None  # theta restarts from the received w in each round's first step
-        return super().receive(ctx)
-
     def local_phases(self, ctx):
         return [Phase(step=self.moreau_step)]
 
     def moreau_step(self, batch, params, ctx):
         w = {k: p.detach() for k, p in params.items()}
-        theta = ctx.state["theta"] or {k: v.clone() for k, v in w.items()}
+        theta = ctx.scratch.get("theta") or {k: v.clone() for k, v in w.items()}   # from w in the first step
         for _ in range(self.hp.inner_steps):
             leaves = {k: v.requires_grad_(True) for k, v in theta.items()}
             loss = cross_entropy(ctx.forward(leaves, batch.x).logits, batch)
             grads = torch.autograd.grad(loss, list(leaves.values()))
             theta = {k: (v - self.hp.personal_lr * (g + self.hp.lam * (v - w[k]))).detach()
                      for (k, v), g in zip(leaves.items(), grads)}
-        ctx.state["theta"] = theta
+        ctx.scratch["theta"] = theta
         for k, p in params.items():
             p.grad = self.hp.lam * (p.detach() - theta[k])  # the optimizer applies w -= lr * lambda (w - theta)
         return loss.detach()
 
     def upload(self, ctx, models, result):
-        models["personal"] = {**models["local"], **ctx.state.pop("theta")}
+        models["personal"] = {**models["local"], **ctx.scratch["theta"]}
         return super().upload(ctx, models, result)
 
     def aggregate(self, server, uploads):
