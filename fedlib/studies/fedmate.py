@@ -14,7 +14,7 @@ import numpy as np
 
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import (  # noqa: F401
+from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     RUNTIME,
     Claim,
     fmt,
@@ -74,48 +74,17 @@ FMNIST_CLASSES = ["T-shirt", "trouser", "pullover", "dress", "coat", "sandal", "
 ANALOGUE = {"fmnist": ("cifar10", "CIFAR-10"), "mnist": ("emnist", "EMNIST")}
 
 SCALES: dict[str, dict[str, Any]] = {
-    "ci": dict(
-        clients=6,
-        n=60,
-        rounds=2,
-        cls_epochs=1,
-        epochs=1,
-        eval_every=1,
-        headline_seeds=[0],
-        seeds=[0],
-        table1_cells=[("fmnist", 10), ("mnist", 10)],
-        table2_datasets=["fmnist"],
-        repeat=[0.25],
-        global_test=1000,
-    ),
-    "book": dict(
-        clients=20,
-        n=60,
-        rounds=6,
-        cls_epochs=1,
-        epochs=1,
-        eval_every=6,
-        headline_seeds=[0, 1, 2],
-        seeds=[0],
-        table1_cells=[("fmnist", 10), ("fmnist", 70), ("mnist", 10)],
-        table2_datasets=["fmnist"],
-        repeat=[0.1, 0.5],
-        global_test=1000,
-    ),
-    "paper": dict(
-        clients=20,
-        n=600,
-        rounds=200,
-        cls_epochs=1,
-        epochs=5,
-        eval_every=10,
-        headline_seeds=[0, 1, 2],
-        seeds=[0, 1, 2],
-        table1_cells=[("fmnist", 10), ("fmnist", 30), ("fmnist", 50), ("fmnist", 70), ("mnist", 10), ("mnist", 70)],
-        table2_datasets=["fmnist", "mnist"],
-        repeat=[0.1, 0.25, 0.35, 0.5],
-        global_test=None,
-    ),
+    "ci": dict(clients=6, n=60, rounds=2, cls_epochs=1, epochs=1, eval_every=1, headline_seeds=[0], seeds=[0],
+               table1_cells=[("fmnist", 10), ("mnist", 10)], table2_datasets=["fmnist"], repeat=[0.25],
+               global_test=1000),
+    "book": dict(clients=20, n=60, rounds=6, cls_epochs=1, epochs=1, eval_every=6, headline_seeds=[0, 1, 2], seeds=[0],
+                 table1_cells=[("fmnist", 10), ("fmnist", 70), ("mnist", 10)], table2_datasets=["fmnist"],
+                 repeat=[0.1, 0.5], global_test=1000),
+    "paper": dict(clients=20, n=600, rounds=200, cls_epochs=1, epochs=5, eval_every=10, headline_seeds=[0, 1, 2],
+                  seeds=[0, 1, 2],
+                  table1_cells=[("fmnist", 10), ("fmnist", 30), ("fmnist", 50), ("fmnist", 70), ("mnist", 10),
+                                ("mnist", 70)], table2_datasets=["fmnist", "mnist"], repeat=[0.1, 0.25, 0.35, 0.5],
+                  global_test=None),
 }
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from fedlib.errors import check
 from fedlib.experiment import Config, make_config
-from fedlib.studies.common import (  # noqa: F401
+from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     RUNTIME,
     Claim,
     fmt,
@@ -87,64 +87,16 @@ ANALOGUE = {"fmnist": "CIFAR-10", "mnist": "CIFAR-10 (second column)", "digits":
 # FedETF's local adaptation are shortened, the model is evaluated every other round, and kappa = 0.1 (in the
 # paper's tuning set {0.01, 0.05, 0.1, 0.5}): at lr 0.05 the default 0.5 made the loss NaN in round 7.
 SCALES: dict[str, dict[str, Any]] = {
-    "ci": dict(
-        datasets=["digits"],
-        clients=6,
-        per_class=None,
-        rounds=2,
-        epochs=1,
-        lr=0.05,
-        eval_every=1,
-        seeds=[0],
-        headline_seeds=[0],
-        main_seeds=[0],
-        server_epochs=2,
-        etf_rounds=1,
-        global_test=None,
-        fig6=[(1, 5)],
-        clusters=[1],
-        betas=[0.5],
-        model="cnn_cspc",
-    ),
-    "book": dict(
-        datasets=["fmnist"],
-        clients=10,
-        per_class=300,
-        rounds=8,
-        epochs=1,
-        lr=0.03,
-        eval_every=2,
-        seeds=[0],
-        headline_seeds=[0, 1, 2],
-        main_seeds=[0],
-        server_epochs=5,
-        etf_rounds=2,
-        kappa=0.1,
-        global_test=2000,
-        fig6=[(1, 5), (5, 1)],
-        clusters=[1],
-        betas=[0.5],
-        model="cnn_cspc",
-    ),
-    "paper": dict(
-        datasets=["fmnist", "mnist"],
-        clients=10,
-        per_class=None,
-        rounds=100,
-        epochs=10,
-        lr=0.01,
-        eval_every=1,
-        seeds=[0, 1, 2],
-        headline_seeds=[0, 1, 2],
-        main_seeds=[0, 1, 2],
-        server_epochs=100,
-        etf_rounds=20,
-        global_test=None,
-        fig6=[(r, a) for r in (1, 5) for a in (1, 2, 4, 8)],
-        clusters=[1, 3, 5],
-        betas=[0.1, 0.5],
-        model="cnn_cspc",
-    ),
+    "ci": dict(datasets=["digits"], clients=6, per_class=None, rounds=2, epochs=1, lr=0.05, eval_every=1, seeds=[0],
+               headline_seeds=[0], main_seeds=[0], server_epochs=2, etf_rounds=1, global_test=None, fig6=[(1, 5)],
+               clusters=[1], betas=[0.5], model="cnn_cspc"),
+    "book": dict(datasets=["fmnist"], clients=10, per_class=300, rounds=8, epochs=1, lr=0.03, eval_every=2, seeds=[0],
+                 headline_seeds=[0, 1, 2], main_seeds=[0], server_epochs=5, etf_rounds=2, kappa=0.1, global_test=2000,
+                 fig6=[(1, 5), (5, 1)], clusters=[1], betas=[0.5], model="cnn_cspc"),
+    "paper": dict(datasets=["fmnist", "mnist"], clients=10, per_class=None, rounds=100, epochs=10, lr=0.01,
+                  eval_every=1, seeds=[0, 1, 2], headline_seeds=[0, 1, 2], main_seeds=[0, 1, 2], server_epochs=100,
+                  etf_rounds=20, global_test=None, fig6=[(r, a) for r in (1, 5) for a in (1, 2, 4, 8)],
+                  clusters=[1, 3, 5], betas=[0.1, 0.5], model="cnn_cspc"),
 }
 
 
