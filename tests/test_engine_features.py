@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 import torch
 
-from fedlib.data.federated import own_class_test_indices
 from fedlib.data.partition import class_counts, partition_with_server
 from fedlib.engine.client import local_update
 from fedlib.engine.core import Phase
@@ -16,7 +15,7 @@ from fedlib.experiment import build, make_config, run
 from fedlib.losses import cross_entropy
 from fedlib.methods import METHODS
 from fedlib.methods.base import Method
-from fedlib.methods.fedprp import LateClients
+from fedlib.methods.fedprp import LateClients, own_class_test_indices
 
 DIGITS = dict(dataset="digits", partition={"name": "dirichlet", "alpha": 1.0, "min_size": 30}, num_clients=4,
               rounds=2, local_epochs=1, batch_size=32, lr=0.05)

@@ -20,7 +20,7 @@ class FederatedData:
     test_counts: np.ndarray
     client_domains: list | None = None  # the domain of each single-domain client (feature shift)
     server_idx: torch.Tensor | None = None  # training samples held by the server (partition "server")
-    own_test_idx: list | None = None  # per client: a share of the test images of its own classes (see below)
+    seed: int = 0                  # the seed it was partitioned with (for test sets derived from it)
 
     @property
     def num_clients(self) -> int:
@@ -39,22 +39,6 @@ class FederatedData:
         return frequency_groups(self.train_counts.sum(0))
 
 
-def own_class_test_indices(test_labels: np.ndarray, train_counts: np.ndarray, seed: int) -> list[np.ndarray]:
-    """Per client, test images of the classes it trains on only: each class's test images are split
-    evenly over the clients holding it (the official FedPRP code's protocol; the union over clients is
-    the whole test set of the classes anyone holds)."""
-    rng = np.random.default_rng(seed)
-    parts: list[list[np.ndarray]] = [[] for _ in train_counts]
-    for c in range(train_counts.shape[1]):
-        holders = np.flatnonzero(train_counts[:, c] > 0)
-        if len(holders):
-            for i, share in zip(
-                holders, np.array_split(rng.permutation(np.flatnonzero(test_labels == c)), len(holders))
-            ):
-                parts[i].append(share)
-    return [np.sort(np.concatenate(p)).astype(np.int64) if p else np.zeros(0, dtype=np.int64) for p in parts]
-
-
 def federate(data: Dataset, num_clients: int, spec: dict, seed: int, device="cpu") -> FederatedData:
     labels = data.train_y.numpy()
     train_domain = None if data.train_domain is None else data.train_domain.numpy()
@@ -68,8 +52,6 @@ def federate(data: Dataset, num_clients: int, spec: dict, seed: int, device="cpu
     tests = local_test_indices(test_labels, counts, spec.get("test_fraction", 0.25), seed + 1,
                                None if data.test_domain is None else data.test_domain.numpy(), client_domains)
     as_tensor = lambda parts: [torch.as_tensor(p, dtype=torch.int64, device=device) for p in parts]  # noqa: E731
-    own = own_class_test_indices(test_labels, counts, seed + 2) if data.test_domain is None else None
     return FederatedData(data.to(device), as_tensor(parts), as_tensor(tests), counts,
                          class_counts(test_labels, tests, data.num_classes), client_domains,
-                         torch.as_tensor(held, dtype=torch.int64, device=device) if len(held) else None,
-                         as_tensor(own) if own is not None else None)
+                         torch.as_tensor(held, dtype=torch.int64, device=device) if len(held) else None, seed)

@@ -1,18 +1,16 @@
 """Evaluation: one pass gives per-class confusion counts of {global model, each client's model} x
-{balanced global test set, client-local test sets}; metric sets turn them into record entries.
+{test sets}; metric sets turn them into record entries.
 
-Families of confusion counts (each a list of (K, K) arrays):
-  personal_local   client i's model on client i's local test set (the global model for methods
-                   without personal models)
-  personal_global  client i's model on the global test set
-  global_global    the global model on the global test set (one array)
-  global_local     the global model on every client's local test set
-  personal_own     client i's model on a share of the test images of its own classes only (the
-                   official FedPRP protocol: each class's test images split over the clients holding it)
+A family of confusion counts is "<model>_<test set>" (each a list of (K, K) arrays):
+  model     "personal": client i's model as it would use it (the global model for methods without personal
+            models); "global": the global model
+  test set  "global": the balanced global test set (shared: the global model gives one array on it);
+            "local": client i's local test set (same label mix as its training data); more sets are
+            registered with ``register_test_set`` by the module that needs them (FedPRP's "own")
 A metric set names the families it needs and maps them to scalars. Methods add sets with the class
-attribute ``metric_sets``, experiments with the config field ``metrics``; a paper's own sets are registered
-with ``register_metric_set`` by its method's module (FedPRP's a_glo / a_loc / a_sel, pFedCSPC's HM), so a new
-paper adds its metrics without a change to the engine.
+attribute ``metric_sets``, experiments with the config field ``metrics``; a paper's own sets and test sets
+are registered by its method's module (FedPRP's a_glo / a_loc / a_sel and its own-class test images,
+pFedCSPC's HM), so a new paper adds its metrics without a change to the engine.
 """
 from __future__ import annotations
 
@@ -28,7 +26,36 @@ from fedlib.engine.core import ClientContext, derived_seed
 from fedlib.errors import ConfigError
 from fedlib.metrics import accuracy, confusion, macro_f1, summarize
 
-FAMILIES = ("personal_local", "personal_global", "personal_own", "global_global", "global_local")
+MODELS = ("personal", "global")
+
+
+@dataclass(frozen=True)
+class TestSet:
+    """Test indices of a federation: one tensor shared by all clients, or one per client (``None``: the
+    data has no such set, its families are left out)."""
+    name: str
+    indices: Callable[[object], torch.Tensor | list[torch.Tensor] | None]   # Federation -> indices
+    shared: bool = False
+
+
+TEST_SETS: dict[str, TestSet] = {}
+
+
+def register_test_set(name: str, indices: Callable, shared: bool = False) -> TestSet:
+    TEST_SETS[name] = TestSet(name, indices, shared)
+    return TEST_SETS[name]
+
+
+register_test_set("global", lambda fed: fed.global_test, shared=True)
+register_test_set("local", lambda fed: fed.data.test_idx)
+
+
+def family_parts(family: str) -> tuple[str, str]:
+    model, _, test_set = family.partition("_")
+    if model not in MODELS or test_set not in TEST_SETS:
+        raise ConfigError("needs", family, f"families <model>_<test set>: models {', '.join(MODELS)}, "
+                                           f"test sets {', '.join(TEST_SETS)}")
+    return model, test_set
 
 
 @dataclass(frozen=True)
@@ -56,9 +83,8 @@ METRIC_SETS: dict[str, MetricSet] = {}
 
 
 def register_metric_set(name: str, needs, compute: Callable[[Evaluation], dict], doc: str = "") -> MetricSet:
-    unknown = set(needs) - set(FAMILIES)
-    if unknown:
-        raise ConfigError("needs", sorted(unknown), f"families among {', '.join(FAMILIES)}")
+    for family in needs:
+        family_parts(family)
     METRIC_SETS[name] = MetricSet(name, frozenset(needs), compute, doc)
     return METRIC_SETS[name]
 
@@ -113,8 +139,11 @@ class Evaluator:
                  average_global: bool = False, finetune_epochs: int = 0):
         self.fed = federation
         self.sets = metric_sets
-        self.needs = set().union(*(s.needs for s in metric_sets))
+        needs = set().union(*(s.needs for s in metric_sets))
+        # families in a fixed order: global model first (a method without personal models reuses them)
+        self.families = [f"{m}_{t}" for m in ("global", "personal") for t in TEST_SETS if f"{m}_{t}" in needs]
         self.participants_only, self.average_global = participants_only, average_global
+        self._test_sets: dict[str, object] = {}
         # ``finetune_epochs`` > 0: a method without personal models or adaptation of its own is evaluated, per
         # client, after that many epochs of cross-entropy fine-tuning of the model it would use (pFedCSPC's
         # "Local" of global methods)
@@ -124,6 +153,11 @@ class Evaluator:
             from fedlib.engine.core import Phase, cross_entropy_loss
 
             self.finetune = Phase(epochs=finetune_epochs, loss=cross_entropy_loss)
+
+    def test_indices(self, name: str):
+        if name not in self._test_sets:
+            self._test_sets[name] = TEST_SETS[name].indices(self.fed)
+        return self._test_sets[name]
 
     def _outputs(self, params, test_idx: torch.Tensor):
         return self.fed.trainer.features(params, self.fed.data.data.test_x[test_idx])
@@ -137,10 +171,6 @@ class Evaluator:
         y = fed.data.data.test_y[test_idx]
         return {v: confusion(y, fed.method.predict(out, ctx, v), fed.data.num_classes)
                 for v in (None, *fed.method.prediction_variants)}
-
-    def _family(self, conf: dict, name: str, per_model: list[dict]) -> None:
-        for variant in per_model[0] if per_model else ():
-            conf[name if variant is None else f"{name}@{variant}"] = [c[variant] for c in per_model]
 
     def evaluated_clients(self):
         fed = self.fed
@@ -161,58 +191,56 @@ class Evaluator:
             params = [r.model for r in fed.executor.run(Adaptation(method, phase), adapt)]
         return params, ctxs
 
-    def __call__(self, t: int) -> tuple[dict, dict]:
-        fed, method, needs = self.fed, self.fed.method, self.needs
-        data = fed.data
-        conf: dict[str, list] = {}
-        clients = self.evaluated_clients()
-        anon = fed.anonymous_context(t)
-        personal = False
-        params: list[dict] = []
-        ctxs: list[ClientContext] = []
-        if (method.personalized or self.finetune) and needs & {"personal_local", "personal_global", "personal_own"}:
-            params, ctxs = self.personal_models(t, clients)
-            personal = True
-        gparams = method.global_params(fed.server) if method.has_global_model else None
-        if gparams is None and self.average_global and personal:
+    def global_model(self, personal_params: list[dict] | None):
+        """The global model, or for a method without one under ``average_global`` the uniform average of
+        the evaluated clients' models; ``None`` if neither."""
+        method = self.fed.method
+        if method.has_global_model and (params := method.global_params(self.fed.server)) is not None:
+            return params
+        if self.average_global and personal_params:
             from fedlib.aggregate import weighted_average
             from fedlib.models import network_params
 
-            gparams = weighted_average([network_params(p) for p in params], [1.0] * len(params))
-        if gparams is not None and needs & {"global_global", "global_local", "personal_local", "personal_global"}:
-            # the global model predicts with what anyone receives, never with a client's private state
-            self._family(conf, "global_global", [self._confusions(gparams, fed.global_test, anon)])
-            if needs & {"global_local", "personal_local"}:
-                self._family(conf, "global_local", [
-                    self._confusions(gparams, data.test_idx[c.id], anon)
-                    for c in clients])
-        if personal:
-            if "personal_local" in needs:
-                self._family(conf, "personal_local", [
-                    self._confusions(p, data.test_idx[c.client_id], c)
-                    for p, c in zip(params, ctxs)])
-            if "personal_global" in needs:
-                self._family(conf, "personal_global", [
-                    self._confusions(p, fed.global_test, c) for p, c in zip(params, ctxs)])
-            if "personal_own" in needs and data.own_test_idx is not None:
-                self._family(conf, "personal_own", [
-                    self._confusions(p, data.own_test_idx[c.client_id], c)
-                    for p, c in zip(params, ctxs)])
-        elif gparams is not None and method.has_global_model:  # the global model is every client's model
-            for name in ("personal_local", "personal_global", "personal_own"):
-                if name not in needs:
+            return weighted_average([network_params(p) for p in personal_params], [1.0] * len(personal_params))
+        return None
+
+    def __call__(self, t: int) -> tuple[dict, dict]:
+        fed, method = self.fed, self.fed.method
+        clients = self.evaluated_clients()
+        anon = fed.anonymous_context(t)
+        # whose models: every client's own (personalized or fine-tuned), else the global model stands for them
+        personal = None
+        if (method.personalized or self.finetune) and any(f.startswith("personal_") for f in self.families):
+            personal = self.personal_models(t, clients)
+        gparams = self.global_model(personal[0] if personal else None)
+        shared_global = gparams is not None and method.has_global_model
+        per_family: dict[str, list[dict]] = {}
+        for family in self.families:
+            model, test_set = family_parts(family)
+            indices = self.test_indices(test_set)
+            if indices is None:
+                continue
+            shared = TEST_SETS[test_set].shared
+            if model == "global" or personal is None:
+                if gparams is None or (model == "personal" and not shared_global):
                     continue
-                if name == "personal_local":
-                    for key in [k for k in conf if k.startswith("global_local")]:
-                        conf[key.replace("global_local", "personal_local")] = conf[key]
-                elif name == "personal_global":
-                    for key in [k for k in conf if k.startswith("global_global")]:
-                        conf[key.replace("global_global", "personal_global")] = conf[key] * len(clients)
-                elif data.own_test_idx is not None:
-                    self._family(conf, "personal_own", [
-                        self._confusions(gparams, data.own_test_idx[c.id], anon)
-                        for c in clients])
-        ev = Evaluation(conf, data.train_counts)
+                if model == "personal" and f"global_{test_set}" in per_family:   # the same numbers again
+                    same = per_family[f"global_{test_set}"]
+                    per_family[family] = same * len(clients) if shared else same
+                elif shared and model == "global":
+                    per_family[family] = [self._confusions(gparams, indices, anon)]
+                else:
+                    per_family[family] = [self._confusions(gparams, indices if shared else indices[c.id], anon)
+                                          for c in clients]
+            else:
+                params, ctxs = personal
+                per_family[family] = [self._confusions(p, indices if shared else indices[c.client_id], c)
+                                      for p, c in zip(params, ctxs)]
+        conf: dict[str, list] = {}
+        for family, per_model in per_family.items():
+            for variant in per_model[0] if per_model else ():
+                conf[family if variant is None else f"{family}@{variant}"] = [c[variant] for c in per_model]
+        ev = Evaluation(conf, fed.data.train_counts)
         record: dict = {}
         for s in self.sets:
             record.update(s.compute(ev))

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from fedlib.aggregate import select, weighted_average
 from fedlib.engine.core import Phase
 from fedlib.engine.core import cross_entropy_loss as ce_loss
-from fedlib.engine.evaluation import Evaluation, prefixed, register_metric_set
+from fedlib.engine.evaluation import Evaluation, prefixed, register_metric_set, register_test_set
 from fedlib.engine.protocol import Participation, UniformParticipation
 from fedlib.errors import ConfigError
 from fedlib.losses import NEG, cross_entropy, sample_weight
@@ -296,6 +296,31 @@ def _own_classes(ev: Evaluation) -> dict:
     return prefixed("personal_own", summarize(confs)) if confs else {}
 
 
+def own_class_test_indices(test_labels: np.ndarray, train_counts: np.ndarray, seed: int) -> list[np.ndarray]:
+    """Per client, test images of the classes it trains on only: each class's test images are split
+    evenly over the clients holding it (the official FedPRP code's protocol; the union over clients is
+    the whole test set of the classes anyone holds)."""
+    rng = np.random.default_rng(seed)
+    parts: list[list[np.ndarray]] = [[] for _ in train_counts]
+    for c in range(train_counts.shape[1]):
+        holders = np.flatnonzero(train_counts[:, c] > 0)
+        if len(holders):
+            for i, share in zip(
+                holders, np.array_split(rng.permutation(np.flatnonzero(test_labels == c)), len(holders))
+            ):
+                parts[i].append(share)
+    return [np.sort(np.concatenate(p)).astype(np.int64) if p else np.zeros(0, dtype=np.int64) for p in parts]
+
+
+def _own_class_test_set(fed) -> list[torch.Tensor] | None:
+    data = fed.data
+    if data.data.test_domain is not None:   # feature-shift data: clients are tested on their own domain
+        return None
+    own = own_class_test_indices(data.data.test_y.cpu().numpy(), data.train_counts, data.seed + 2)
+    return [torch.as_tensor(p, dtype=torch.int64, device=data.data.test_y.device) for p in own]
+
+
+register_test_set("own", _own_class_test_set)
 register_metric_set("class_groups", ("global_global", "personal_global"), _class_groups,
                     "accuracy on Many / Medium / Few classes (FedPRP)")
 register_metric_set("fedprp", ("global_global", "personal_global", "personal_local"), _fedprp,
