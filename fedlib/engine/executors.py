@@ -10,13 +10,10 @@ where the arithmetic is the same and within float32 rounding otherwise (tests/te
 """
 from __future__ import annotations
 
-import atexit
-import contextlib
 import copy
 import math
 import os
 import pickle
-import sys
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -27,6 +24,7 @@ from fedlib.engine.batched import BatchedTrainer
 from fedlib.engine.client import ClientResult, ClientTask, Setup, begin, finish, local_update
 from fedlib.engine.core import ClientContext
 from fedlib.engine.training import Trainer, diverged
+from fedlib.engine.workers import POOLS, start_pool, worker_process_setup
 from fedlib.errors import ConfigError, TrainingDiverged
 
 EXECUTORS = ("sequential", "process", "batched")
@@ -165,24 +163,6 @@ def context_signature(ctx) -> str:
 _WORKER: dict = {}
 
 
-def worker_process_setup() -> None:
-    """In a worker process: leave Ctrl-C to the parent (it shuts the pool down; a kernel's shutdown
-    interrupts its whole process group) and exit if the parent dies."""
-    import signal
-    import threading
-    import time
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    parent = os.getppid()
-
-    def watch():
-        while os.getppid() == parent:
-            time.sleep(1.0)
-        os._exit(0)
-
-    threading.Thread(target=watch, daemon=True).start()
-
-
 def _init_worker(model, x, y, batch_size, optimizer):
     worker_process_setup()
     torch.set_num_threads(1)
@@ -196,51 +176,6 @@ def _run_chunk(payload: bytes) -> bytes:
     setup, method, tasks = pickle.loads(payload)
     return pickle.dumps([local_update(method, task, setup, _WORKER["trainer"]) for task in tasks],
                         protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _ready() -> bool:
-    return "trainer" in _WORKER
-
-
-@contextlib.contextmanager
-def _main_script_hidden(hide: bool):
-    """Start workers without re-running the user's script (spawned children import ``__main__``
-    from its file otherwise, which needs an ``if __name__ == "__main__"`` guard). Kept visible when the
-    method itself is defined in the script: workers must import it then."""
-    main = sys.modules.get("__main__")
-    path = getattr(main, "__file__", None)
-    if not hide or main is None or path is None or getattr(main, "__spec__", None) is not None:
-        yield
-        return
-    del main.__file__
-    try:
-        yield
-    finally:
-        main.__file__ = path
-
-
-class _PoolCache:
-    """One pool of workers per process, reused while the data, model architecture and training
-    settings stay the same (a notebook running many configurations starts its workers once)."""
-
-    def __init__(self):
-        self.key, self.pool, self.keep = None, None, None
-        atexit.register(self.shutdown)
-
-    def get(self, key, make, keep):
-        if self.pool is not None and key != self.key:
-            self.shutdown()
-        if self.pool is None:
-            self.pool, self.key, self.keep = make(), key, keep
-        return self.pool
-
-    def shutdown(self):
-        if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
-        self.key, self.pool, self.keep = None, None, None
-
-
-POOLS = _PoolCache()
 
 
 def spread(costs: list[float], workers: int) -> list[list[int]]:
@@ -271,20 +206,10 @@ class ProcessExecutor:
         def make():
             t.x.share_memory_()
             t.y.share_memory_()
-            ctx = torch.multiprocessing.get_context("spawn")
-            pool = ProcessPoolExecutor(self.workers, mp_context=ctx, initializer=_init_worker,
-                                       initargs=(copy.deepcopy(t.model), t.x, t.y, t.batch_size, t.optimizer))
-            with _main_script_hidden(type(method).__module__ != "__main__"):
-                try:
-                    for f in [pool.submit(_ready) for _ in range(self.workers)]:
-                        f.result()  # start every worker now
-                except BrokenProcessPool as exc:
-                    pool.shutdown(wait=False, cancel_futures=True)
-                    raise RuntimeError("the 'process' executor could not start its worker processes; a script "
-                                       "that defines its own method must run under `if __name__ == '__main__':`"
-                                       ) from exc
-            return pool
-        return POOLS.get(key, make, keep=(t.x, t.y))
+            return start_pool(self.workers, _init_worker, (copy.deepcopy(t.model), t.x, t.y, t.batch_size, t.optimizer),
+                              hide_main=type(method).__module__ != "__main__",
+                              what="worker processes of the 'process' executor")
+        return POOLS.get("clients", key, make, keep=(t.x, t.y))
 
     def run(self, method, tasks: list[ClientTask]) -> list[ClientResult]:
         pool = self._pool(method)
@@ -297,7 +222,7 @@ class ProcessExecutor:
                 for i, res in zip(chunk, pickle.loads(future.result())):
                     results[i] = res
         except BrokenProcessPool:
-            POOLS.shutdown()
+            POOLS.shutdown("clients")
             raise RuntimeError("a worker process of the 'process' executor died (killed, or out of memory); "
                                "run again with --executor sequential to see the error") from None
         except BaseException:

@@ -27,43 +27,13 @@ def _run_one(cfg: Config, kwargs: dict) -> dict:
     return run(cfg, progress=False, **kwargs)
 
 
-def _single_thread():
-    import os
+def _run_pool(workers: int):
+    """The session's pool of single-threaded run workers (the engine's worker pools, purpose "runs"),
+    reused by every grid."""
+    from fedlib.engine.workers import POOLS, single_threaded_run_worker, start_pool
 
-    import torch
-
-    from fedlib.engine.executors import worker_process_setup
-
-    worker_process_setup()
-    os.environ["TQDM_DISABLE"] = "1"
-    torch.set_num_threads(1)
-
-
-_POOL: dict = {}
-
-
-def _pool(workers: int):
-    """One pool of single-threaded worker processes per session, reused by every grid."""
-    import atexit
-    from concurrent.futures import ProcessPoolExecutor
-
-    import torch
-
-    from fedlib.engine.executors import _main_script_hidden
-
-    if _POOL.get("workers") != workers:
-        if _POOL.get("pool") is not None:
-            _POOL["pool"].shutdown(cancel_futures=True)
-        with _main_script_hidden(True):
-            pool = ProcessPoolExecutor(workers, mp_context=torch.multiprocessing.get_context("spawn"),
-                                       initializer=_single_thread)
-            for f in [pool.submit(int, 0) for _ in range(workers)]:
-                f.result()   # start the workers now, while the main script is hidden
-        _POOL.update(pool=pool, workers=workers)
-        if not _POOL.get("atexit"):
-            atexit.register(lambda: _POOL.get("pool") and _POOL["pool"].shutdown(cancel_futures=True))
-            _POOL["atexit"] = True
-    return _POOL["pool"]
+    return POOLS.get("runs", workers, lambda: start_pool(workers, single_threaded_run_worker,
+                                                         what="grid's worker processes"))
 
 
 def default_workers() -> int:
@@ -102,7 +72,7 @@ def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, st
     bar = tqdm(total=len(configs), initial=len(configs) - sum(map(len, pending.values())), desc=desc,
                **({} if progress else {"disable": True}))  # TQDM_DISABLE=1 still applies
     if workers > 1 and len(pending) > 1:
-        pool = _pool(workers)
+        pool = _run_pool(workers)
         futures = {pool.submit(_run_one, configs[idx[0]], kwargs): idx for idx in pending.values()}
         try:
             for future in as_completed(futures):
@@ -233,11 +203,10 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
     checkpoints), default ``.fedlib-cache``.
     Returns {"done": n, "failed": n, "skipped": n, "left": n, "wall_s": s}."""
     import time
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    import torch
+    from concurrent.futures import FIRST_COMPLETED, wait
 
     from fedlib import results
+    from fedlib.engine.workers import single_threaded_run_worker, start_pool, stop_pool
     from fedlib.experiment import DEFAULT_CACHE, lockstep_groups, validate
 
     start = time.time()
@@ -253,8 +222,7 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
     log(f"{chapter}: {len(configs)} configs, {len(configs) - len(todo)} already recorded, {len(todo)} to run "
         f"on {device} ({executor}, {len(jobs)} job(s)) with {workers} worker(s)")
     counts = {"done": 0, "failed": 0, "left": 0}
-    pool = ProcessPoolExecutor(workers, mp_context=torch.multiprocessing.get_context("spawn"),
-                               initializer=_gpu_worker_setup)
+    pool = start_pool(workers, single_threaded_run_worker, what="records' worker processes")
     running: dict = {}
     queue = list(jobs)
     try:
@@ -284,20 +252,9 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
                     else:
                         log(f"[{counts['done']}/{len(todo)} {time.time() - start:6.0f} s] {label}: {what}")
     finally:
-        for proc in list(getattr(pool, "_processes", {}).values()):
-            proc.kill()
-        pool.shutdown(wait=False, cancel_futures=True)
+        stop_pool(pool, kill=True)
     return {"done": counts["done"], "failed": counts["failed"], "skipped": len(configs) - len(todo),
             "left": len(todo) - counts["done"] - counts["failed"], "wall_s": time.time() - start}
 
 
 DEADLINE_GRACE_S = 90.0   # a run-batched group finishes the round it is in when the deadline passes
-
-
-def _gpu_worker_setup():
-    import os
-
-    import torch
-
-    os.environ["TQDM_DISABLE"] = "1"
-    torch.set_num_threads(1)

@@ -1,0 +1,112 @@
+"""Worker processes: the one way fedlib starts them, for a round's clients (the ``process`` executor) and for
+whole runs (the chapters' grids and the ``records`` command).
+
+Workers are spawned (CUDA and forked threads do not mix), start without re-running the user's script, leave
+Ctrl-C to the parent and exit when it dies. ``POOLS`` keeps one pool per purpose ("clients", "runs") alive
+for reuse while its key stays the same: a notebook running many configurations starts its workers once.
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import sys
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+
+import torch
+
+
+def worker_process_setup() -> None:
+    """In a worker process: leave Ctrl-C to the parent (it shuts the pool down; a kernel's shutdown
+    interrupts its whole process group) and exit if the parent dies."""
+    import signal
+    import threading
+    import time
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    parent = os.getppid()
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def single_threaded_run_worker() -> None:
+    """Initializer of a worker that trains whole runs: one thread, no progress bars."""
+    worker_process_setup()
+    os.environ["TQDM_DISABLE"] = "1"
+    torch.set_num_threads(1)
+
+
+@contextlib.contextmanager
+def main_script_hidden(hide: bool):
+    """Start workers without re-running the user's script (spawned children import ``__main__``
+    from its file otherwise, which needs an ``if __name__ == "__main__"`` guard). Kept visible when the
+    method itself is defined in the script: workers must import it then."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not hide or main is None or path is None or getattr(main, "__spec__", None) is not None:
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
+
+
+def _ready() -> bool:
+    return True
+
+
+def start_pool(workers: int, initializer: Callable, initargs: tuple = (), hide_main: bool = True,
+               what: str = "worker processes") -> ProcessPoolExecutor:
+    """A pool of ``workers`` spawned processes, every one started (and its initializer run) before it returns."""
+    pool = ProcessPoolExecutor(workers, mp_context=torch.multiprocessing.get_context("spawn"),
+                               initializer=initializer, initargs=initargs)
+    with main_script_hidden(hide_main):
+        try:
+            for f in [pool.submit(_ready) for _ in range(workers)]:
+                f.result()
+        except BrokenProcessPool as exc:
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise RuntimeError(f"could not start the {what}; a script that defines its own method must run "
+                               "under `if __name__ == '__main__':`") from exc
+    return pool
+
+
+def stop_pool(pool: ProcessPoolExecutor, kill: bool = False) -> None:
+    """Shut a pool down; ``kill``: stop processes still busy instead of waiting for them."""
+    if kill:
+        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+            proc.kill()
+    pool.shutdown(wait=not kill, cancel_futures=True)
+
+
+class PoolCache:
+    """One pool per purpose, reused while its key stays the same (``keep``: objects the workers share
+    memory with, held alive as long as the pool)."""
+
+    def __init__(self):
+        self.pools: dict[str, tuple] = {}   # purpose -> (key, pool, keep)
+        atexit.register(self.shutdown)
+
+    def get(self, purpose: str, key, make: Callable[[], ProcessPoolExecutor], keep=None) -> ProcessPoolExecutor:
+        if purpose in self.pools and self.pools[purpose][0] != key:
+            self.shutdown(purpose)
+        if purpose not in self.pools:
+            self.pools[purpose] = (key, make(), keep)
+        return self.pools[purpose][1]
+
+    def shutdown(self, purpose: str | None = None) -> None:
+        for name in [purpose] if purpose is not None else list(self.pools):
+            if name in self.pools:
+                self.pools.pop(name)[1].shutdown(wait=True, cancel_futures=True)
+
+
+POOLS = PoolCache()
