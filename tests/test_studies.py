@@ -100,3 +100,27 @@ def test_chapter_labels_are_the_method_classes_labels_but_where_a_paper_names_a_
     for chapter in (fedgpa, fedmate, fedpcl, fedprp, pfedcspc):
         renamed = own.get(chapter.__name__.rsplit(".", 1)[1], {})
         assert {m: label for m, label in chapter.LABELS.items() if label != METHODS[m].label} == renamed
+
+
+@pytest.mark.parametrize("chapter", ["fedgpa", "fedmate", "fedpcl", "fedprp", "pfedcspc"])
+def test_every_chapter_has_the_same_three_scales_with_the_same_keys_and_names_them_on_a_bad_one(chapter):
+    import importlib
+
+    from fedlib.errors import ConfigError
+    from fedlib.experiment import SCALES as EXPERIMENT_SCALES
+    from fedlib.studies.grid import Scales
+
+    study = importlib.import_module(f"fedlib.studies.{chapter}")
+    assert isinstance(study.SCALES, Scales) and list(study.SCALES) == list(EXPERIMENT_SCALES)
+    assert len({frozenset(study.scale_info(s)) for s in study.SCALES}) == 1
+    with pytest.raises(ConfigError, match="ci, book, paper"):
+        study.scale_info("huge")
+
+
+def test_scales_refuse_missing_scales_and_uneven_keys():
+    from fedlib.studies.grid import Scales
+
+    with pytest.raises(ValueError, match="ci, book, paper"):
+        Scales(ci={"rounds": 1}, paper={"rounds": 2})
+    with pytest.raises(ValueError, match="seeds"):
+        Scales(ci={"rounds": 1}, book={"rounds": 2, "seeds": [0]}, paper={"rounds": 3})

@@ -6,14 +6,12 @@ mean over clients, 3 runs).
 """
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from fedlib.data.partition import fedgpa_setting
-from fedlib.errors import check
 from fedlib.experiment import Config, make_config
 from fedlib.studies.common import RUNTIME, fmt, mean_std, method_labels, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
+from fedlib.studies.grid import Scales
 
 METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "scaffold", "fedper", "lg_fedavg", "fedbabu", "fedpac",
            "fedgpa"]
@@ -38,17 +36,16 @@ ABLATION = {"None": ({"lga": False, "gpa_c": False, "gpa_f": False}, 86.71),
             "+ GPA(f)": ({"lga": True, "gpa_c": True, "gpa_f": True}, 90.04)}
 
 # Training budget per scale. n_divisor shrinks every client's n (Setting 1: 600 -> 600/n_divisor).
-SCALES: dict[str, dict[str, Any]] = {
-    "ci": dict(rounds=2, local_epochs=1, n_divisor=10, seeds=[0], sweep_seeds=[0], eval_every=1, global_test=2000),
-    "book": dict(rounds=8, local_epochs=1, n_divisor=4, seeds=[0], sweep_seeds=[0], eval_every=2, global_test=2000),
-    "paper": dict(rounds=150, local_epochs=5, n_divisor=1, seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], eval_every=5,
-                  global_test=None),
-}
+SCALES = Scales(
+    ci=dict(rounds=2, local_epochs=1, n_divisor=10, seeds=[0], sweep_seeds=[0], eval_every=1, global_test=2000),
+    book=dict(rounds=8, local_epochs=1, n_divisor=4, seeds=[0], sweep_seeds=[0], eval_every=2, global_test=2000),
+    paper=dict(rounds=150, local_epochs=5, n_divisor=1, seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], eval_every=5,
+            global_test=None),
+)
 METRIC = "personal_local_acc"  # FedGPA: average over clients of test accuracy on their local test sets
 
 
 def scale_info(scale: str) -> dict:
-    check(scale in SCALES, "scale", scale, f"one of {', '.join(SCALES)}")
     return SCALES[scale]
 
 

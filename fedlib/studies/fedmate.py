@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from fedlib.errors import check
 from fedlib.experiment import Config, make_config
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     RUNTIME,
@@ -26,6 +25,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     set_runtime,
     with_seeds,
 )
+from fedlib.studies.grid import Scales
 
 TABLE1 = ["local", "fedavg_ft", "fedproto", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac", "fedmate"]
 TABLE2 = ["local", "fedavg_ft", "moon", "fedproto", "fedfa", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac",
@@ -73,23 +73,22 @@ FMNIST_CLASSES = ["T-shirt", "trouser", "pullover", "dress", "coat", "sandal", "
 # which paper column each of our datasets stands in for
 ANALOGUE = {"fmnist": ("cifar10", "CIFAR-10"), "mnist": ("emnist", "EMNIST")}
 
-SCALES: dict[str, dict[str, Any]] = {
-    "ci": dict(clients=6, n=60, rounds=2, cls_epochs=1, epochs=1, eval_every=1, headline_seeds=[0], seeds=[0],
-               table1_cells=[("fmnist", 10), ("mnist", 10)], table2_datasets=["fmnist"], repeat=[0.25],
-               global_test=1000),
-    "book": dict(clients=20, n=60, rounds=6, cls_epochs=1, epochs=1, eval_every=6, headline_seeds=[0, 1, 2], seeds=[0],
-                 table1_cells=[("fmnist", 10), ("fmnist", 70), ("mnist", 10)], table2_datasets=["fmnist"],
-                 repeat=[0.1, 0.5], global_test=1000),
-    "paper": dict(clients=20, n=600, rounds=200, cls_epochs=1, epochs=5, eval_every=10, headline_seeds=[0, 1, 2],
-                  seeds=[0, 1, 2],
-                  table1_cells=[("fmnist", 10), ("fmnist", 30), ("fmnist", 50), ("fmnist", 70), ("mnist", 10),
-                                ("mnist", 70)], table2_datasets=["fmnist", "mnist"], repeat=[0.1, 0.25, 0.35, 0.5],
-                  global_test=None),
-}
+SCALES = Scales(
+    ci=dict(clients=6, n=60, rounds=2, cls_epochs=1, epochs=1, eval_every=1, headline_seeds=[0], seeds=[0],
+            table1_cells=[("fmnist", 10), ("mnist", 10)], table2_datasets=["fmnist"], repeat=[0.25],
+            global_test=1000),
+    book=dict(clients=20, n=60, rounds=6, cls_epochs=1, epochs=1, eval_every=6, headline_seeds=[0, 1, 2], seeds=[0],
+            table1_cells=[("fmnist", 10), ("fmnist", 70), ("mnist", 10)], table2_datasets=["fmnist"],
+            repeat=[0.1, 0.5], global_test=1000),
+    paper=dict(clients=20, n=600, rounds=200, cls_epochs=1, epochs=5, eval_every=10, headline_seeds=[0, 1, 2],
+            seeds=[0, 1, 2],
+            table1_cells=[("fmnist", 10), ("fmnist", 30), ("fmnist", 50), ("fmnist", 70), ("mnist", 10),
+            ("mnist", 70)], table2_datasets=["fmnist", "mnist"], repeat=[0.1, 0.25, 0.35, 0.5],
+            global_test=None),
+)
 
 
 def scale_info(scale: str) -> dict:
-    check(scale in SCALES, "scale", scale, f"one of {', '.join(SCALES)}")
     return SCALES[scale]
 
 

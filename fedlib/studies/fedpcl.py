@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedlib.errors import check
 from fedlib.experiment import Config, make_config
 from fedlib.studies.common import RUNTIME, fmt, mean_std, method_labels, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
+from fedlib.studies.grid import Scales
 
 SINGLE = ["effnet_lite0"]
 MULTI = ["effnet_lite0", "effnet_lite1", "effnet_lite2"]
@@ -42,13 +42,13 @@ PAPER_T4_DIGIT5 = {"[ResNet18-QuickDraw, -Aircraft, -Birds]": 42.87, "[MLP, Alex
 PAPER_T1 = {"from scratch (ResNet18)": ("11M", 0.95, 31.75), "1 pre-trained model": ("0.13M", 0.31, 38.65),
             "3 pre-trained models": ("0.40M", 0.64, 40.47)}
 
-SCALES: dict[str, dict[str, Any]] = {
-    "ci": dict(n_train=60, n_test=30, rounds=2, headline_seeds=[0], seeds=[0], sweep_seeds=[0], clients=[5, 10, 20]),
-    "book": dict(n_train=400, n_test=200, rounds=6, headline_seeds=[0, 1, 2], seeds=[0, 1], sweep_seeds=[0],
-                 clients=[5, 20, 80]),
-    "paper": dict(n_train=2000, n_test=500, rounds=50, headline_seeds=[0, 1, 2], seeds=[0, 1, 2], sweep_seeds=[0, 1, 2],
-                  clients=[5, 10, 20, 40, 80]),
-}
+SCALES = Scales(
+    ci=dict(n_train=60, n_test=30, rounds=2, headline_seeds=[0], seeds=[0], sweep_seeds=[0], clients=[5, 10, 20]),
+    book=dict(n_train=400, n_test=200, rounds=6, headline_seeds=[0, 1, 2], seeds=[0, 1], sweep_seeds=[0],
+            clients=[5, 20, 80]),
+    paper=dict(n_train=2000, n_test=500, rounds=50, headline_seeds=[0, 1, 2], seeds=[0, 1, 2], sweep_seeds=[0, 1, 2],
+            clients=[5, 10, 20, 40, 80]),
+)
 
 # name -> (partition spec, clients): FedPCL Section 5.1 with our four domains
 SETTINGS = {
@@ -59,7 +59,6 @@ SETTINGS = {
 
 
 def scale_info(scale: str) -> dict:
-    check(scale in SCALES, "scale", scale, f"one of {', '.join(SCALES)}")
     return SCALES[scale]
 
 

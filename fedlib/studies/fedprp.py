@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from fedlib.errors import check
 from fedlib.experiment import Config, make_config
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     RUNTIME,
@@ -25,6 +24,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     set_runtime,
     with_seeds,
 )
+from fedlib.studies.grid import Scales
 
 METHODS = ["apfl", "fedrep", "fedprox", "fedproto", "fedrod", "fedphp", "fedavg", "fedic", "creff", "fedprp"]
 LABELS = method_labels(METHODS)
@@ -86,33 +86,29 @@ PAPER_T8 = {"baseline (CE only)": (False, False, 60.95, 60.83), "w/o L_ID": (Fal
             "w/o L_IC": (True, False, 73.54, 72.83), "FedPRP": (True, True, 79.73, None)}
 PAPER_BETA = "Fig. 7: beta = 0.9 above beta = 0.1 (CIFAR-100 Many +6.89)"
 
-SCALES: dict[str, dict[str, Any]] = {
+SCALES = Scales(
     # clients, per-round fraction, per-class cap before the long tail, rounds, FedPRP s + t epochs,
-    # evaluation cadence, number of evaluations averaged (the paper: last 10 rounds)
-    "ci": dict(clients=10, fraction=0.4, per_class=100, rounds=2, head=1, body=1, eval_every=1, last=1,
-               seeds=[0], sweep_seeds=[0], new_clients=2, datasets=["fmnist", "mnist"], gammas=[0.1],
-               creff={"match_epochs": 5, "crt_epochs": 3}, fedic={"server_steps": 5, "distill_steps": 5}),
-    "book": dict(clients=20, fraction=0.4, per_class=150, rounds=6, head=1, body=2, eval_every=3, last=1,
-                 seeds=[0, 1], sweep_seeds=[0], new_clients=4, datasets=["fmnist", "mnist"], gammas=[0.1],
-                 creff={"match_epochs": 20, "crt_epochs": 10},
-                 fedic={"server_steps": 10, "distill_steps": 10, "batch_unlabeled": 32}),
-    "paper": dict(clients=100, fraction=0.1, per_class=None, rounds=100, head=5, body=25, eval_every=1, last=10,
-                  seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], new_clients=10, datasets=["fmnist", "mnist"],
-                  gammas=[0.1, 0.5, 1.0], creff={}, fedic={}),
-}
-SERVER_PER_CLASS = {"ci": 10, "book": 20, "paper": 100}
-# the second dataset is a check on the first: fewer seeds below paper scale
-DATASET_SEEDS = {
-    "ci": {"fmnist": [0], "mnist": [0]},
-    "book": {"fmnist": [0, 1], "mnist": [0]},
-    "paper": {"fmnist": [0, 1, 2], "mnist": [0, 1, 2]},
-}  # FEDIC's auxiliary set (the official code: 1,000 of 50,000)
-HEADLINE_SEEDS = {"ci": [0], "book": [0, 1, 2], "paper": [0, 1, 2]}   # Table I (shards), both datasets
+    # evaluation cadence, number of evaluations averaged (the paper: last 10 rounds); FEDIC's auxiliary set
+    # per class held by the server (the official code: 1,000 of 50,000); seeds of Table I (shards, both datasets)
+    # and of the Dirichlet tables (the second dataset is a check on the first: fewer seeds below paper scale)
+    ci=dict(clients=10, fraction=0.4, per_class=100, rounds=2, head=1, body=1, eval_every=1, last=1,
+            seeds=[0], sweep_seeds=[0], new_clients=2, datasets=["fmnist", "mnist"], gammas=[0.1],
+            creff={"match_epochs": 5, "crt_epochs": 3}, fedic={"server_steps": 5, "distill_steps": 5},
+            server_per_class=10, headline_seeds=[0], dataset_seeds={"fmnist": [0], "mnist": [0]}),
+    book=dict(clients=20, fraction=0.4, per_class=150, rounds=6, head=1, body=2, eval_every=3, last=1,
+            seeds=[0, 1], sweep_seeds=[0], new_clients=4, datasets=["fmnist", "mnist"], gammas=[0.1],
+            creff={"match_epochs": 20, "crt_epochs": 10},
+            fedic={"server_steps": 10, "distill_steps": 10, "batch_unlabeled": 32},
+            server_per_class=20, headline_seeds=[0, 1, 2], dataset_seeds={"fmnist": [0, 1], "mnist": [0]}),
+    paper=dict(clients=100, fraction=0.1, per_class=None, rounds=100, head=5, body=25, eval_every=1, last=10,
+            seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], new_clients=10, datasets=["fmnist", "mnist"],
+            gammas=[0.1, 0.5, 1.0], creff={}, fedic={}, server_per_class=100, headline_seeds=[0, 1, 2],
+            dataset_seeds={"fmnist": [0, 1, 2], "mnist": [0, 1, 2]}),
+)
 METRICS = ["fedprp", "class_groups", "own_classes"]
 
 
 def scale_info(scale: str) -> dict:
-    check(scale in SCALES, "scale", scale, f"one of {', '.join(SCALES)}")
     return SCALES[scale]
 
 
@@ -125,7 +121,7 @@ def partition(kind: str, gamma: float, scale: str, value=None, method: str | Non
     if sc["per_class"]:
         spec["per_class"] = sc["per_class"]
     if method == "fedic":
-        spec["server"] = SERVER_PER_CLASS[scale]
+        spec["server"] = sc["server_per_class"]
     return spec
 
 
@@ -246,7 +242,7 @@ KINDS = ("shards", "dirichlet")
 def comparison_grid(scale: str) -> dict:
     sc = scale_info(scale)
     gamma = sc["gammas"][0]
-    seeds = {"shards": {ds: HEADLINE_SEEDS[scale] for ds in sc["datasets"]}, "dirichlet": DATASET_SEEDS[scale]}
+    seeds = {"shards": {ds: sc["headline_seeds"] for ds in sc["datasets"]}, "dirichlet": sc["dataset_seeds"]}
     return {(ds, kind, m): with_seeds(config(m, ds, kind, gamma, scale), seeds[kind][ds])
             for ds in sc["datasets"] for kind in KINDS for m in METHODS}
 
@@ -361,7 +357,7 @@ def ablation_grid(scale: str) -> dict:
     sc = scale_info(scale)
     ds, gamma = sc["datasets"][0], sc["gammas"][0]
     return {row: with_seeds(config("fedprp", ds, "shards", gamma, scale, hyper={"use_id": use_id, "use_ic": use_ic}),
-                            DATASET_SEEDS[scale][ds])
+                            scale_info(scale)["dataset_seeds"][ds])
             for row, (use_id, use_ic, _, _) in PAPER_T8.items()}
 
 

@@ -4,11 +4,41 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterator, Mapping
 
 from fedlib.errors import check
 from fedlib.experiment import Config, read_cached_record, run
 
 RUNTIME = {"device": "cpu", "executor": "sequential"}
+
+
+class Scales(Mapping):
+    """A chapter's budget per scale: the scales of ``fedlib.experiment.SCALES`` ("ci", "book", "paper"), each a
+    dict with the same keys (checked when the chapter is imported). ``SCALES[name]`` of an unknown name raises
+    a ``ConfigError`` that lists the scales."""
+
+    def __init__(self, **by_scale: dict):
+        from fedlib.experiment import SCALES as EXPERIMENT_SCALES
+
+        if list(by_scale) != list(EXPERIMENT_SCALES):
+            raise ValueError(f"a chapter defines the scales {', '.join(EXPERIMENT_SCALES)} in this order, "
+                             f"not {', '.join(by_scale)}")
+        keys = {name: set(values) for name, values in by_scale.items()}
+        first = next(iter(keys.values()))
+        for name, k in keys.items():
+            if k != first:
+                raise ValueError(f"scale {name!r} has other keys than the first: {sorted(k ^ first)}")
+        self._by_scale = by_scale
+
+    def __getitem__(self, scale: str) -> dict:
+        check(scale in self._by_scale, "scale", scale, f"one of {', '.join(self._by_scale)}")
+        return self._by_scale[scale]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_scale)
+
+    def __len__(self) -> int:
+        return len(self._by_scale)
 
 
 def set_runtime(device: str = "auto", executor: str = "auto") -> dict:

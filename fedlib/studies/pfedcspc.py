@@ -12,7 +12,6 @@ from typing import Any
 
 import numpy as np
 
-from fedlib.errors import check
 from fedlib.experiment import Config, make_config
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     RUNTIME,
@@ -26,6 +25,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     set_runtime,
     with_seeds,
 )
+from fedlib.studies.grid import Scales
 
 # Table II: global-model methods (their "Local" is the global model fine-tuned on each client, the paper's
 # FedAvg row has Local = FedAvg-FT's I_local) and the methods with personalised models
@@ -86,22 +86,21 @@ ANALOGUE = {"fmnist": "CIFAR-10", "mnist": "CIFAR-10 (second column)", "digits":
 # chance for 8 rounds of 2 epochs at the paper's 0.01 on 500 images per class), the server calibration and
 # FedETF's local adaptation are shortened, the model is evaluated every other round, and kappa = 0.1 (in the
 # paper's tuning set {0.01, 0.05, 0.1, 0.5}): at lr 0.05 the default 0.5 made the loss NaN in round 7.
-SCALES: dict[str, dict[str, Any]] = {
-    "ci": dict(datasets=["digits"], clients=6, per_class=None, rounds=2, epochs=1, lr=0.05, eval_every=1, seeds=[0],
-               headline_seeds=[0], main_seeds=[0], server_epochs=2, etf_rounds=1, global_test=None, fig6=[(1, 5)],
-               clusters=[1], betas=[0.5], model="cnn_cspc"),
-    "book": dict(datasets=["fmnist"], clients=10, per_class=300, rounds=8, epochs=1, lr=0.03, eval_every=2, seeds=[0],
-                 headline_seeds=[0, 1, 2], main_seeds=[0], server_epochs=5, etf_rounds=2, kappa=0.1, global_test=2000,
-                 fig6=[(1, 5), (5, 1)], clusters=[1], betas=[0.5], model="cnn_cspc"),
-    "paper": dict(datasets=["fmnist", "mnist"], clients=10, per_class=None, rounds=100, epochs=10, lr=0.01,
-                  eval_every=1, seeds=[0, 1, 2], headline_seeds=[0, 1, 2], main_seeds=[0, 1, 2], server_epochs=100,
-                  etf_rounds=20, global_test=None, fig6=[(r, a) for r in (1, 5) for a in (1, 2, 4, 8)],
-                  clusters=[1, 3, 5], betas=[0.1, 0.5], model="cnn_cspc"),
-}
+SCALES = Scales(
+    ci=dict(datasets=["digits"], clients=6, per_class=None, rounds=2, epochs=1, lr=0.05, eval_every=1, seeds=[0],
+            headline_seeds=[0], main_seeds=[0], server_epochs=2, etf_rounds=1, kappa=None, global_test=None,
+            fig6=[(1, 5)], clusters=[1], betas=[0.5], model="cnn_cspc"),
+    book=dict(datasets=["fmnist"], clients=10, per_class=300, rounds=8, epochs=1, lr=0.03, eval_every=2, seeds=[0],
+            headline_seeds=[0, 1, 2], main_seeds=[0], server_epochs=5, etf_rounds=2, kappa=0.1, global_test=2000,
+            fig6=[(1, 5), (5, 1)], clusters=[1], betas=[0.5], model="cnn_cspc"),
+    paper=dict(datasets=["fmnist", "mnist"], clients=10, per_class=None, rounds=100, epochs=10, lr=0.01,
+            eval_every=1, seeds=[0, 1, 2], headline_seeds=[0, 1, 2], main_seeds=[0, 1, 2], server_epochs=100,
+            etf_rounds=20, kappa=None, global_test=None, fig6=[(r, a) for r in (1, 5) for a in (1, 2, 4, 8)],
+            clusters=[1, 3, 5], betas=[0.1, 0.5], model="cnn_cspc"),
+)
 
 
 def scale_info(scale: str) -> dict:
-    check(scale in SCALES, "scale", scale, f"one of {', '.join(SCALES)}")
     return SCALES[scale]
 
 
@@ -115,7 +114,8 @@ def config(method: str, dataset: str, scale: str, seed: int = 0, hyper: dict | N
     part = {"name": "dirichlet", "alpha": beta, "min_size": 10}
     if sc["per_class"]:
         part["per_class"] = sc["per_class"]
-    hp = {"pfedcspc": {"server_epochs": sc["server_epochs"], **({"kappa": sc["kappa"]} if "kappa" in sc else {})},
+    kappa = {"kappa": sc["kappa"]} if sc["kappa"] is not None else {}
+    hp = {"pfedcspc": {"server_epochs": sc["server_epochs"], **kappa},
           "fedetf": {"finetune_rounds": sc["etf_rounds"]}}.get(method, {})
     hp.update(hyper or {})
     if finetune is None:
