@@ -175,3 +175,24 @@ def test_forward_from_encoder_outputs_matches_the_full_forward():
     assert full.h is not None and full.h.shape[0] == 20
     torch.testing.assert_close(part.z, full.z, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(part.logits, full.logits, rtol=1e-5, atol=1e-6)
+
+
+def test_trained_keeps_the_final_federation_in_the_cache_and_loads_it_without_training(tmp_path, monkeypatch):
+    from fedlib.experiment import trained
+    from fedlib.methods.fedavg import FedAvg
+
+    cfg = make_config(**{**DIGITS, "rounds": 2}, method="fedavg")
+    first = trained(cfg, cache_dir=tmp_path)
+    assert (tmp_path / f"{cfg.key()}.model").exists()
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a cached model was trained again")
+
+    monkeypatch.setattr(FedAvg, "local_loss", no_training)
+    again = trained(cfg, cache_dir=tmp_path)
+    assert [r["round"] for r in again.history] == [1, 2]
+    assert again.history[-1]["personal_local_acc"] == first.history[-1]["personal_local_acc"]
+    for a, b in zip(first.clients, again.clients):
+        assert all(torch.equal(a.model[k], b.model[k]) for k in a.model)
+    assert all(np.array_equal(x, y) for k in first.final_confusions
+               for x, y in zip(first.final_confusions[k], again.final_confusions[k]))

@@ -29,10 +29,11 @@ from fedlib.experiment.runner import (
                                       run_many,
                                       run_seeds,
                                       summarize_runs,
+                                      trained,
 )
 from fedlib.experiment.wiring import build, load_data, seed_everything
 
 __all__ = ["DEFAULT_CACHE", "ENGINES", "FIELDS", "OFF_BY_DEFAULT", "SCALES", "Config", "make_config", "validate",
            "atomic_json", "cache_lock", "code_version", "device_description", "read_cached_record", "record_of",
            "LOCKSTEP_CHECKPOINT_S", "PER_RUN_FIELDS", "SUMMARY_METRICS", "lockstep_groups", "lockstep_key", "run",
-           "run_many", "run_seeds", "summarize_runs", "build", "load_data", "seed_everything"]
+           "run_many", "trained", "run_seeds", "summarize_runs", "build", "load_data", "seed_everything"]

@@ -34,6 +34,22 @@ def run(cfg: Config, cache_dir: str | os.PathLike | None = DEFAULT_CACHE, progre
         return record or _run(cfg, record_path, Path(cache_dir) / f"{key}.ckpt", progress, callbacks, desc)
 
 
+def trained(cfg: Config, cache_dir: str | os.PathLike | None = DEFAULT_CACHE, progress: bool = False):
+    """The trained Federation of ``cfg`` (clients' models and state, the server, the final confusions), for
+    figures that look inside models. Its final state is kept in the cache as ``<key>.model`` (the engine's
+    checkpoint format), so a second call loads it instead of training; an interrupted first call resumes."""
+    validate(cfg)
+    if cache_dir is None:
+        return run_in_process(cfg, progress=progress)
+    key = cfg.key()
+    with cache_lock(Path(cache_dir) / f"{key}.lock"):
+        artifact = Path(cache_dir) / f"{key}.model"
+        fed = build(cfg, progress=progress, checkpoint=artifact, desc=f"{cfg.method} seed {cfg.seed}")
+        fed.run()              # resumes from the artifact: nothing is left to train once it is complete
+        fed.flush(cfg.rounds)  # the final state, if this call trained it
+        return fed
+
+
 def _run(cfg: Config, record_path: Path | None, checkpoint: Path | None, progress: bool, callbacks, desc: str) -> dict:
     desc = desc or f"{cfg.method} seed {cfg.seed}"
     started = time.time()

@@ -256,14 +256,13 @@ def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
 def classwise(scale: str, methods=FIG_METHODS) -> tuple[dict, dict]:
     """Figs. 3 and 4 (FMNIST, s = 20): per-class recall of the personalized models on the balanced test set,
     and every client's local prototypes. Returns ({method: recall per class}, {method: (prototypes, labels)})."""
-    from fedlib.experiment import build
+    from fedlib.experiment import trained
     from fedlib.metrics import per_class_recall
 
     rounds = scale_info(scale)["rounds"]
     recall, points = {}, {}
     for m in methods:
-        federation = build(config(m, "fmnist", scale, s=20))
-        federation.run()
+        federation = trained(config(m, "fmnist", scale, s=20))
         recall[m] = per_class_recall(sum(federation.final_confusions["personal_global"]))
         protos, labels = [], []
         for c in federation.clients:

@@ -368,10 +368,9 @@ def plot_backbone_similarity(scale: str):
 
     from fedlib.backbones import BACKBONES
     from fedlib.data.domains import DOMAIN_LABELS, DOMAINS
-    from fedlib.experiment import build
+    from fedlib.experiment import trained
 
-    federation = build(config("fedpcl", "feature shift", MULTI, scale))
-    federation.run()
+    federation = trained(config("fedpcl", "feature shift", MULTI, scale))
     fed = federation.data
     dims = np.cumsum([0] + [BACKBONES[b].dim for b in MULTI])
     S = np.zeros((len(MULTI), fed.num_clients))

@@ -406,13 +406,12 @@ def plot_features(scale: str, methods=("fedavg", "fedprp"), clients: int = 5):
     import matplotlib.pyplot as plt
     from sklearn.manifold import TSNE
 
-    from fedlib.experiment import build
+    from fedlib.experiment import trained
 
     sc = scale_info(scale)
     fig, axes = plt.subplots(1, len(methods), figsize=(5.5 * len(methods), 4.2))
     for ax, m in zip(np.atleast_1d(axes), methods):
-        federation = build(config(m, sc["datasets"][0], "shards", sc["gammas"][0], scale))
-        federation.run()
+        federation = trained(config(m, sc["datasets"][0], "shards", sc["gammas"][0], scale))
         feats, labels = [], []
         for c in federation.clients[:clients]:
             ctx = federation.context(federation.task(c, sc["rounds"]))
