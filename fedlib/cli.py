@@ -16,8 +16,7 @@ import dataclasses
 import json
 import sys
 
-from fedlib.book import NotebookFailed
-from fedlib.errors import ConfigError, DataNotFoundError, TrainingDiverged
+from fedlib.errors import ConfigError, DataNotFoundError, NotebookFailed, TrainingDiverged
 
 
 def _value(text: str):
@@ -245,6 +244,22 @@ def cmd_records(args) -> int:
     return 1 if summary["failed"] else 0
 
 
+def book_builder():
+    """The book's builder, ``book/build.py`` of the repository checkout this fedlib runs from (the book's
+    notebooks and manifest are not part of the installed package)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "book" / "build.py"
+    if not path.exists():
+        raise ConfigError("book", str(path), "a checkout of the fedlib repository (its book/ and notebooks/ "
+                                             "folders): the book is built from there")
+    spec = importlib.util.spec_from_file_location("fedlib_book_build", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -256,7 +271,7 @@ def main(argv=None) -> int:
         if args.command == "records":
             return cmd_records(args)
         if args.command == "book":
-            from fedlib.book import build_book
+            build_book = book_builder().build_book
 
             return build_book(args.manifest, only=args.config, build=not args.no_build)
     except (ConfigError, DataNotFoundError, TrainingDiverged, NotebookFailed) as exc:

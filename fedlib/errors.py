@@ -85,3 +85,7 @@ def check_arguments(fn, kwargs: dict, prefix: str = "") -> None:
     for key, value in kwargs.items():
         if key in hints:
             check_type(prefix + key, value, hints[key])
+
+
+class NotebookFailed(RuntimeError):
+    """A notebook raised while papermill executed it (the book's builder, ``book/build.py``)."""

@@ -14,7 +14,7 @@ LAYERS = [
     ["experiment"],
     ["flower", "results"],
     ["studies"],
-    ["book", "cli", "__main__"],
+    ["cli", "__main__"],
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 

@@ -10,8 +10,7 @@ import pytest
 import torch
 
 import fedlib.experiment as experiment
-from fedlib.book import build_book
-from fedlib.cli import main
+from fedlib.cli import book_builder, main
 from fedlib.data.partition import dirichlet
 from fedlib.data.sources import load_dataset
 from fedlib.errors import ConfigError, DataNotFoundError, TrainingDiverged
@@ -124,7 +123,7 @@ def test_a_typo_in_a_notebook_parameter_names_the_notebook_and_the_parameter(tmp
         "configurations": {"book": {"output": str(tmp_path / "out.ipynb"), "parameters": {"scael": "book"}}}}]}))
     with pytest.raises(ConfigError, match=r"notebooks/fedgpa.ipynb \[book\] parameter scael='book' is not allowed: "
                                           r"a parameter of fedgpa.ipynb: scale, "):
-        build_book(str(manifest), build=False)
+        book_builder().build_book(str(manifest), build=False)
     assert not (tmp_path / "out.ipynb").exists()
 
 

@@ -1,7 +1,10 @@
-"""``python -m fedlib book``: execute each notebook configuration of the manifest with papermill,
-then build the Jupyter Book. Finished notebooks are skipped while their source, parameters and
-fedlib's code are unchanged; experiment results come from the result cache, so a rebuild takes a minute or two and an
-interrupted build resumes where it stopped."""
+"""The book's builder (``python -m fedlib book``, or ``python book/build.py``): execute each notebook
+configuration of the manifest with papermill, then build the Jupyter Book. Finished notebooks are skipped while
+their source, parameters and fedlib's code are unchanged; experiment results come from the result cache, so a
+rebuild takes a minute or two and an interrupted build resumes where it stopped.
+
+It lives beside the book, not in the library: it needs the repository's notebooks and manifest, which an
+installed fedlib does not have."""
 from __future__ import annotations
 
 import hashlib
@@ -18,13 +21,9 @@ from pathlib import Path
 import yaml
 from tqdm import tqdm
 
-from fedlib.errors import ConfigError
+from fedlib.errors import ConfigError, NotebookFailed
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-class NotebookFailed(RuntimeError):
-    """A notebook raised while papermill executed it."""
 
 
 def _stamp(source: Path, params: dict) -> str:
@@ -139,3 +138,9 @@ def build_book(manifest_path: str = "book/experiments.yml", only: str | None = N
     if result.returncode == 0:
         print(f"book: {book_dir / '_build' / 'html' / 'index.html'}")
     return result.returncode
+
+
+if __name__ == "__main__":
+    from fedlib.cli import main
+
+    sys.exit(main(["book", *sys.argv[1:]]))
