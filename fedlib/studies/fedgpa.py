@@ -49,6 +49,18 @@ def scale_info(scale: str) -> dict:
     return SCALES[scale]
 
 
+def scale_summary(scale: str) -> str:
+    """What the chapter trains at ``scale`` next to what the paper trains (printed by the notebook's set-up)."""
+    sc = scale_info(scale)
+    return "\n".join([
+        f"scale {scale}: {sc['rounds']} rounds, E = {sc['local_epochs']} local epochs, "
+        f"client sizes n / {sc['n_divisor']}, "
+        f"seeds {sc['seeds']} (sweeps: {sc['sweep_seeds']}), evaluation every {sc['eval_every']} rounds",
+        "paper: 150 rounds, E = 5, n as in Section 5.1.2, 3 runs; all scales: 20 clients, SGD lr 0.02, batch 50, "
+        "full participation",
+    ])
+
+
 def config(method: str, setting: int, s: float, scale: str, seed: int = 0, hyper: dict | None = None,
            device: str | None = None) -> Config:
     """FedGPA Section 5.1: FMNIST, 20 clients, full participation, SGD lr 0.02, batch 50."""

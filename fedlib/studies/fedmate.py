@@ -92,6 +92,18 @@ def scale_info(scale: str) -> dict:
     return SCALES[scale]
 
 
+def scale_summary(scale: str) -> str:
+    """What the chapter trains at ``scale`` next to what the paper trains (printed by the notebook's set-up)."""
+    sc = scale_info(scale)
+    return "\n".join([
+        f"scale {scale}: {sc['clients']} clients of {sc['n']} samples, {sc['rounds']} rounds, classifier phase "
+        f"{sc['cls_epochs']} epoch + {sc['epochs']} extractor epochs, seeds {sc['headline_seeds']} (Table 1), "
+        f"{sc['seeds']} (the rest)",
+        "official code: 20 clients of 600 samples, 200 rounds, 1 + 5 epochs, batch 50, SGD lr 0.01, momentum 0.5, "
+        "weight decay 5e-4; the paper states none of these",
+    ])
+
+
 def config(method: str, dataset: str, scale: str, s: float | None = None, shards: int | None = None,
            seed: int = 0, hyper: dict | None = None, repeat: float = 0.0) -> Config:
     """The official code's protocol: 20 clients of 600 samples, 3 dominant classes (or 3 classes per client

@@ -112,6 +112,21 @@ def scale_info(scale: str) -> dict:
     return SCALES[scale]
 
 
+def scale_summary(scale: str) -> str:
+    """What the chapter trains at ``scale`` next to what the paper trains (printed by the notebook's set-up)."""
+    sc = scale_info(scale)
+    return "\n".join([
+        f"scale {scale}: {sc['clients']} clients, {round(sc['fraction'] * sc['clients'])} per round, "
+        f"{sc['rounds']} rounds, FedPRP s + t = {sc['head']} + {sc['body']} local epochs "
+        f"(every method {sc['head'] + sc['body']}), "
+        f"at most {sc['per_class']} images per class before the long tail, seeds {sc['headline_seeds']} (Table I), "
+        f"{sc['dataset_seeds']} (Tables II, III, V, VIII), {sc['sweep_seeds']} (Table VII, Fig. 7)",
+        "paper: ResNet-18 on CIFAR-10/100-LT and Tiny-ImageNet, 100 clients (10 per round) or 20 (8 per round), "
+        "100 rounds, s + t = 30 epochs, SGD lr 0.01; all scales here: fedlib's cnn2, SGD lr 0.01, momentum 0.5, "
+        "weight decay 1e-4, batch 32 (the official code)",
+    ])
+
+
 def partition(kind: str, gamma: float, scale: str, value=None, method: str | None = None) -> dict:
     """Shards with s classes per client, or Dirichlet label skew, after a global long tail gamma."""
     sc = scale_info(scale)

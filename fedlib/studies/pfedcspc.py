@@ -104,6 +104,21 @@ def scale_info(scale: str) -> dict:
     return SCALES[scale]
 
 
+def scale_summary(scale: str) -> str:
+    """What the chapter trains at ``scale`` next to what the paper trains (printed by the notebook's set-up)."""
+    sc = scale_info(scale)
+    return "\n".join([
+        f"scale {scale}: datasets {sc['datasets']}, {sc['clients']} clients, at most {sc['per_class'] or 'all'} "
+        f"training images per class, {sc['rounds']} rounds of {sc['epochs']} local epochs at lr {sc['lr']}, evaluated "
+        f"every {sc['eval_every']} rounds, server calibration "
+        f"{sc['server_epochs']} epochs, seeds {sc['headline_seeds']} (Table II), "
+        f"{sc['main_seeds']} (Tables III, VI, VII), "
+        f"{sc['seeds']} (ablations)",
+        "paper: 10 clients, all of CIFAR-10, 100 rounds of 10 epochs, batch 64, SGD, 3 trials; server schedule of "
+        "FedCSPC's code (100 epochs)",
+    ])
+
+
 def config(method: str, dataset: str, scale: str, seed: int = 0, hyper: dict | None = None, beta: float = 0.5,
            finetune: bool | None = None, fraction: float = 1.0) -> Config:
     """Section V-A: N = 10 clients, Dirichlet beta over labels, B = 64, SGD lr 0.01 (at paper scale) momentum 0.9 weight

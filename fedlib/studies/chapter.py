@@ -1,0 +1,40 @@
+"""A chapter notebook's set-up in one line:
+
+    study, sc, show_source = open_chapter("fedgpa", scale, device, executor)
+
+imports the chapter's study module, sets where its runs execute, prints what the scale trains (the study's
+``scale_summary``) and starts the chapter's clock (``wall_time_line`` at its end)."""
+from __future__ import annotations
+
+import importlib
+import inspect
+import time
+
+from fedlib.studies.grid import set_runtime
+
+_STARTED: dict[str, float] = {}
+
+
+def show_source(*objects) -> None:
+    """Show the source of functions or classes in the notebook (the code the text explains)."""
+    from IPython.display import Markdown, display
+
+    display(Markdown("\n".join(f"```python\n{inspect.getsource(o)}```" for o in objects)))
+
+
+def open_chapter(name: str, scale: str, device: str = "cpu", executor: str = "sequential"):
+    """(study module, its budget at ``scale``, ``show_source``) of the chapter ``name``."""
+    import pandas as pd
+
+    study = importlib.import_module(f"fedlib.studies.{name}")
+    sc = study.scale_info(scale)
+    set_runtime(device, executor)
+    pd.set_option("display.width", 160)
+    _STARTED["chapter"] = time.time()
+    print(study.scale_summary(scale))
+    return study, sc, show_source
+
+
+def wall_time_line() -> str:
+    return f"chapter wall time {time.time() - _STARTED.get('chapter', time.time()):.0f} s " \
+           "(cached runs are read, not recomputed)"
