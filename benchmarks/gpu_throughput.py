@@ -138,10 +138,10 @@ def grid_work(chapter: str) -> tuple[int, int, float, int]:
             parts, _ = partition_with_server(data.train_y.numpy(), data.num_classes, cfg.num_clients, cfg.partition,
                                              cfg.seed, None if data.train_domain is None else data.train_domain.numpy())
             sizes[part_key] = sum(len(p) for p in parts)
-        n = sizes[part_key] * cfg.fraction * cfg.local_epochs * cfg.rounds
+        n = sizes[part_key] * cfg.participation.fraction * cfg.local_epochs * cfg.rounds
         samples += n
         total += n * flops[model_key]
-        evals += cfg.rounds // cfg.eval_every
+        evals += cfg.rounds // cfg.evaluation.every
     return len(configs), evals, total, int(samples)
 
 

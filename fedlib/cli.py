@@ -137,7 +137,7 @@ def cmd_run(args) -> int:
     hyper = _pairs(args.hp, "--hp")
     configs = [make_config(method=method, hyper=hyper_for(method, hyper, len(args.method) > 1), **base)
                for method in args.method]
-    configs = [dataclasses.replace(cfg.with_scale(args.scale), **settings) for cfg in configs]
+    configs = [cfg.with_scale(args.scale).updated(**settings) for cfg in configs]
     for cfg in configs:
         for seed in args.seeds:   # every run's config is checked before the first one trains
             validate(dataclasses.replace(cfg, seed=seed))

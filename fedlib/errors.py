@@ -66,15 +66,15 @@ def check_type(field: str, value, annotation) -> None:
         raise ConfigError(field, value, rule[1])
 
 
-def check_fields(obj, prefix: str = "") -> None:
-    """``check_type`` for every field of the dataclass instance ``obj``."""
+def check_fields(obj, prefix: str = "", names: dict | None = None) -> None:
+    """``check_type`` for every field of the dataclass instance ``obj`` (``names``: a field's name in messages)."""
     import dataclasses
     import typing
 
     hints = typing.get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
         if f.name in hints:
-            check_type(prefix + f.name, getattr(obj, f.name), hints[f.name])
+            check_type(prefix + (names or {}).get(f.name, f.name), getattr(obj, f.name), hints[f.name])
 
 
 def check_arguments(fn, kwargs: dict, prefix: str = "") -> None:

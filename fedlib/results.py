@@ -12,14 +12,13 @@ current. ``replay`` re-runs a record's first rounds to check that today's code r
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedlib.experiment import Config, build
+from fedlib.experiment import Config, build, make_config
 
 RESULTS = Path(os.environ.get("FEDLIB_RESULTS", Path(__file__).resolve().parents[1] / "results"))
 KEEP = (
@@ -75,8 +74,13 @@ def current_key(config: dict) -> tuple[str | None, str]:
     """(key today's code gives the stored config, why none) - None when the config no longer loads."""
     from fedlib.errors import ConfigError
 
+    from fedlib.experiment import FIELDS
+
+    unknown = sorted(set(config) - FIELDS)
+    if unknown:
+        return None, f"config fields changed (today's Config has no {', '.join(unknown)})"
     try:
-        return Config(**config).key(), ""
+        return make_config(**config).key(), ""
     except TypeError as exc:
         return None, f"config fields changed ({exc})"
     except ConfigError as exc:
@@ -104,7 +108,7 @@ def lookup(chapter: str, configs: list[Config], root: Path = RESULTS) -> list[St
     for cfg in configs:
         hit = by_key.get(cfg.key())
         if hit is None:
-            hit = by_config.get(json.dumps(dataclasses.asdict(cfg), sort_keys=True, default=str))
+            hit = by_config.get(json.dumps(cfg.flat(), sort_keys=True, default=str))
         out.append(hit)
     return out
 
@@ -119,14 +123,14 @@ TOLERANCE = {"same": {"loss": 1e-5, "acc": 0.005}, "cross": {"loss": 0.02, "acc"
 def replay(record: dict, rounds: int = 2, device: str = "cpu", executor: str = "sequential") -> list[dict]:
     """Re-run the first ``rounds`` rounds of a stored record (same config, total rounds and
     evaluation cadence) and compare the train loss and the evaluated accuracies round by round."""
-    cfg = dataclasses.replace(Config(**record["config"]), device=device, executor=executor)
+    cfg = make_config(**{**record["config"], "device": device, "executor": executor})
     fed = build(cfg)
     recorded = {row["round"]: row for row in record["history"]}
     same = record.get("executor", "sequential") == executor and str(record.get("device", "")).startswith(device)
     checks = []
     for t in range(min(rounds, cfg.rounds)):
         row = fed.run_round(t)
-        if (t + 1) % cfg.eval_every == 0 or t + 1 == cfg.rounds:
+        if (t + 1) % cfg.evaluation.every == 0 or t + 1 == cfg.rounds:
             row.update(fed.evaluate(t))
         old = recorded.get(t + 1, {})
         for metric, value in row.items():

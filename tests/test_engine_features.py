@@ -11,6 +11,7 @@ from fedlib.data.partition import class_counts, partition_with_server
 from fedlib.engine.client import local_update
 from fedlib.engine.core import Phase
 from fedlib.engine.protocol import EvaluationPlan, LocalTraining, UniformParticipation
+from fedlib.errors import ConfigError
 from fedlib.experiment import build, make_config, run
 from fedlib.losses import cross_entropy
 from fedlib.methods import METHODS
@@ -196,3 +197,21 @@ def test_trained_keeps_the_final_federation_in_the_cache_and_loads_it_without_tr
         assert all(torch.equal(a.model[k], b.model[k]) for k in a.model)
     assert all(np.array_equal(x, y) for k in first.final_confusions
                for x, y in zip(first.final_confusions[k], again.final_confusions[k]))
+
+
+def test_config_groups_participation_and_evaluation_and_keeps_flat_names_keys_and_records():
+    from fedlib.experiment.config import EvaluationConfig, ParticipationConfig
+
+    flat = make_config(method="fedavg", fraction=0.5, late_clients=1, late_round=1, eval_every=2, metrics=["fedprp"],
+                       eval_clients="participants", **DIGITS)
+    grouped = make_config(method="fedavg", participation=ParticipationConfig(0.5, 1, 1),
+                          evaluation={"every": 2, "metrics": ["fedprp"], "clients": "participants"}, **DIGITS)
+    assert flat == grouped and flat.key() == grouped.key()
+    assert flat.participation == ParticipationConfig(fraction=0.5, late_clients=1, late_round=1)
+    assert flat.evaluation == EvaluationConfig(every=2, metrics=["fedprp"], clients="participants")
+    # a record's config is the flat dict, and it loads back to the same config
+    assert flat.flat()["fraction"] == 0.5 and "participation" not in flat.flat()
+    assert make_config(**flat.flat()) == flat
+    assert flat.updated(eval_every=3).evaluation.every == 3 and flat.evaluation.every == 2
+    with pytest.raises(ConfigError, match="evaluation.each=2 is not allowed: a field of evaluation: every"):
+        make_config(evaluation={"each": 2})

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from fedlib import results
-from fedlib.experiment import Config, make_config, run
+from fedlib.experiment import make_config, run
 from fedlib.studies import fedgpa, fedpcl
 from fedlib.studies.common import provenance, stored_grid, verdict_html
 
@@ -209,7 +209,7 @@ def test_records_resume_a_killed_run_batched_group_to_the_uninterrupted_records(
     assert (done["done"], done["left"]) == (2, 0) and not list((tmp_path / "cache").glob("*.ckpt"))
     for stored in results.load("demo", tmp_path):
         assert stored.record["runs_batched"] == 2 and stored.record["resumed"]
-        solo = run(Config(**stored.record["config"]), cache_dir=None, progress=False)
+        solo = run(make_config(**stored.record["config"]), cache_dir=None, progress=False)
         assert [r["train_loss"] for r in solo["history"]] == pytest.approx(
             [r["train_loss"] for r in stored.record["history"]], rel=1e-6)
 

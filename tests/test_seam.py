@@ -107,7 +107,7 @@ def test_metric_sets_from_the_final_confusions():
         **{**DIGITS, "partition": {"name": "shards", "s": 3, "imbalance": 0.2}},
     )
     with pytest.raises(ConfigError, match="metrics"):
-        validate(dataclasses.replace(cfg, metrics=["nope"]))
+        validate(cfg.updated(metrics=["nope"]))
     record = run(cfg, cache_dir=None, progress=False)
     final, conf = record["final"], record["final_confusions"]
     personal_global = [np.array(C) for C in conf["personal_global"]]

@@ -2,6 +2,7 @@
 data is loaded), and the cache key."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import json
@@ -27,6 +28,53 @@ SCALES: dict[str, dict[str, Any]] = {
 
 
 @dataclass
+class ParticipationConfig:
+    """Who trains each round."""
+    fraction: float = 1.0          # clients sampled per round
+    late_clients: int = 0          # the last late_clients clients join at round late_round (FedPRP Table VII)
+    late_round: int = 0
+
+    def schedule(self) -> Participation:
+        if self.late_clients:   # FedPRP Table VII: its own participation, from its own module
+            from fedlib.methods.fedprp import LateClients
+
+            return LateClients(self.late_clients, self.late_round, self.fraction)
+        return UniformParticipation(self.fraction)
+
+
+@dataclass
+class EvaluationConfig:
+    """What is evaluated, when, and on whose models (see fedlib.engine.evaluation)."""
+    every: int = 1                 # evaluation cadence in rounds (and always the last round)
+    personal_global: bool = False  # also evaluate client models on the global test (metric set personal_global)
+    global_test_size: int | None = None   # a seeded subset of the test set as the global test set
+    metrics: list = field(default_factory=list)  # metric sets beside "standard"
+    clients: str = "all"           # all | participants: whose models the client metrics average (FedPRP)
+    average_global: bool = False   # evaluate an average of the client models where a method has no global one
+    finetune_epochs: int = 0       # evaluate methods without personal models after this much local fine-tuning
+
+    def metric_sets(self) -> list[str]:
+        return ["standard", *self.metrics, *(["personal_global"] if self.personal_global else [])]
+
+    def plan(self) -> EvaluationPlan:
+        return EvaluationPlan(self.every, tuple(self.metric_sets()), self.global_test_size,
+                              self.clients == "participants", self.average_global, self.finetune_epochs)
+
+
+# the groups' fields under the flat names configs, records, cache keys and the command line use
+# (``make_config(fraction=0.1)``, ``--set eval_every=5``)
+FLAT_NAMES: dict[str, tuple[str, str]] = {
+    "fraction": ("participation", "fraction"), "late_clients": ("participation", "late_clients"),
+    "late_round": ("participation", "late_round"),
+    "eval_every": ("evaluation", "every"), "eval_personal_global": ("evaluation", "personal_global"),
+    "global_test_size": ("evaluation", "global_test_size"), "metrics": ("evaluation", "metrics"),
+    "eval_clients": ("evaluation", "clients"), "average_global": ("evaluation", "average_global"),
+    "eval_finetune_epochs": ("evaluation", "finetune_epochs"),
+}
+GROUPS = {"participation": ParticipationConfig, "evaluation": EvaluationConfig}
+
+
+@dataclass
 class Config:
     method: str = "fedavg"
     dataset: str = "fmnist"
@@ -39,26 +87,18 @@ class Config:
     optimizer: str = "sgd"
     momentum: float = 0.0
     weight_decay: float = 0.0
-    fraction: float = 1.0
-    eval_every: int = 1
     model: str | None = None
     hyper: dict = field(default_factory=dict)
     seed: int = 0
     device: str = "cpu"
-    eval_personal_global: bool = False  # also evaluate client models on the global test (metric set personal_global)
-    global_test_size: int | None = None
     data_options: dict = field(default_factory=dict)  # keyword arguments of composite datasets (digit4)
     backbones: list | None = None  # frozen backbones: train on their concatenated features (FedPCL)
     backbone_input: int = 64       # input pixels of resizable backbones (EfficientNet-Lite)
-    metrics: list = field(default_factory=list)  # metric sets beside "standard" (see fedlib.engine.evaluation)
-    eval_clients: str = "all"      # all | participants: whose models the client metrics average (FedPRP)
-    average_global: bool = False   # evaluate an average of the client models where a method has no global one
-    late_clients: int = 0          # the last late_clients clients join at round late_round (FedPRP Table VII)
-    late_round: int = 0
-    eval_finetune_epochs: int = 0  # evaluate methods without personal models after this much local fine-tuning
     executor: str = "sequential"   # sequential | process | batched: how a round's clients are trained
     workers: int | None = None     # worker processes of the "process" executor (default: CPU count)
     engine: str = "inprocess"      # inprocess | flower: clients trained in this process, or on Flower nodes
+    participation: ParticipationConfig = field(default_factory=ParticipationConfig)
+    evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
 
     # fields that do not change results beyond float rounding: not part of the cache key
     RUNTIME_FIELDS = ("device", "executor", "workers", "engine")
@@ -70,7 +110,7 @@ class Config:
         from fedlib.methods import make_method
 
         method = make_method(self.method, **self.hyper)
-        payload = {k: v for k, v in dataclasses.asdict(self).items()
+        payload = {k: v for k, v in self.flat().items()
                    if k not in self.RUNTIME_FIELDS and not (k in OFF_BY_DEFAULT and v == OFF_BY_DEFAULT[k])}
         if not self.backbones:
             payload.pop("backbone_input")
@@ -78,24 +118,23 @@ class Config:
         payload["_method_versions"] = method.versions()
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
-    def metric_sets(self) -> list[str]:
-        return ["standard", *self.metrics, *(["personal_global"] if self.eval_personal_global else [])]
+    def flat(self) -> dict:
+        """The config as one flat dict (groups under their flat names): what records store and keys hash."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out.update({flat: getattr(value, name) for flat, (group, name) in FLAT_NAMES.items() if group == f.name}
+                       if f.name in GROUPS else {f.name: value})
+        return copy.deepcopy(out)
 
-    # the protocol objects the engine runs; the fields stay flat because they are the cache key of every record
+    def updated(self, **changes) -> Config:
+        """A copy with ``changes`` (fields, or the groups' flat names)."""
+        return make_config(**{**self.flat(), **changes})
+
+    # the protocol objects the engine runs
     def local_training(self) -> LocalTraining:
         return LocalTraining(self.local_epochs, self.batch_size, self.lr, self.optimizer, self.momentum,
                              self.weight_decay)
-
-    def participation(self) -> Participation:
-        if self.late_clients:   # FedPRP Table VII: its own participation, from its own module
-            from fedlib.methods.fedprp import LateClients
-
-            return LateClients(self.late_clients, self.late_round, self.fraction)
-        return UniformParticipation(self.fraction)
-
-    def evaluation_plan(self) -> EvaluationPlan:
-        return EvaluationPlan(self.eval_every, tuple(self.metric_sets()), self.global_test_size,
-                              self.eval_clients == "participants", self.average_global, self.eval_finetune_epochs)
 
     def with_scale(self, scale: str | None) -> Config:
         if scale is None:
@@ -104,7 +143,7 @@ class Config:
         return dataclasses.replace(self, **SCALES[scale])
 
 
-FIELDS = {f.name for f in dataclasses.fields(Config)}
+FIELDS = {f.name for f in dataclasses.fields(Config)} | set(FLAT_NAMES)
 # fields whose default leaves results as they were before the field existed: omitted from the key then
 OFF_BY_DEFAULT: dict[str, Any] = {"data_options": {}, "backbones": None, "metrics": [], "eval_clients": "all",
                                   "average_global": False, "late_clients": 0, "late_round": 0,
@@ -115,9 +154,21 @@ ENGINES = ("inprocess", "flower")   # how clients run: fedlib.experiment.runner.
 
 
 def make_config(**kwargs) -> Config:
+    """A Config from fields; the participation and evaluation fields may come under their flat names
+    (``fraction``, ``eval_every``, ... see ``FLAT_NAMES``) or as the groups (objects or dicts)."""
     for key in kwargs:
         check(key in FIELDS, key, kwargs[key], f"a config field: {', '.join(sorted(FIELDS))}")
-    return Config(**kwargs)
+    groups: dict[str, dict] = {}
+    for name, kind in GROUPS.items():
+        given = kwargs.pop(name, None)
+        groups[name] = copy.deepcopy(vars(given)) if isinstance(given, kind) else dict(given or {})
+        for key in groups[name]:
+            check(key in {f.name for f in dataclasses.fields(kind)}, f"{name}.{key}", groups[name][key],
+                  f"a field of {name}: {', '.join(f.name for f in dataclasses.fields(kind))}")
+    for flat, (group, name) in FLAT_NAMES.items():
+        if flat in kwargs:
+            groups[group][name] = kwargs.pop(flat)
+    return Config(**kwargs, **{name: GROUPS[name](**values) for name, values in groups.items()})
 
 
 def validate(cfg: Config) -> None:
@@ -129,8 +180,11 @@ def validate(cfg: Config) -> None:
     from fedlib.models import MODELS
 
     check_fields(cfg)   # every field has its declared type: integers, finite numbers, strings, mappings
+    for group in GROUPS:   # the groups' fields, named as the user gives them
+        check_fields(getattr(cfg, group), names={name: flat for flat, (g, name) in FLAT_NAMES.items() if g == group})
+    part, ev = cfg.participation, cfg.evaluation
     check(0 <= cfg.seed < 2 ** 32, "seed", cfg.seed, "an integer in [0, 2**32 - 1]")
-    check(cfg.global_test_size is None or cfg.global_test_size >= 1, "global_test_size", cfg.global_test_size,
+    check(ev.global_test_size is None or ev.global_test_size >= 1, "global_test_size", ev.global_test_size,
           "a positive number of test samples, or None for the whole test set")
 
     check(cfg.method in METHODS, "method", cfg.method, f"one of {', '.join(METHODS)}")
@@ -141,11 +195,11 @@ def validate(cfg: Config) -> None:
           cfg.partition.get("name") if isinstance(cfg.partition, dict) else cfg.partition,
           f"one of {', '.join(PARTITIONERS)}")
     check(cfg.model is None or cfg.model in MODELS, "model", cfg.model, f"one of {', '.join(MODELS)}")
-    for name in ("num_clients", "rounds", "local_epochs", "batch_size", "eval_every"):
-        value = getattr(cfg, name)
+    for name, value in (("num_clients", cfg.num_clients), ("rounds", cfg.rounds), ("local_epochs", cfg.local_epochs),
+                        ("batch_size", cfg.batch_size), ("eval_every", ev.every)):
         check(isinstance(value, (int, np.integer)) and value >= 1, name, value, "a positive integer")
     check(isinstance(cfg.lr, (int, float)) and cfg.lr > 0, "lr", cfg.lr, "a positive number")
-    check(isinstance(cfg.fraction, (int, float)) and 0 < cfg.fraction <= 1, "fraction", cfg.fraction,
+    check(isinstance(part.fraction, (int, float)) and 0 < part.fraction <= 1, "fraction", part.fraction,
           "a client sampling fraction in (0, 1]")
     check(cfg.optimizer in ("sgd", "adam"), "optimizer", cfg.optimizer, "'sgd' or 'adam'")
     check(cfg.momentum >= 0 and cfg.weight_decay >= 0, "momentum/weight_decay", (cfg.momentum, cfg.weight_decay),
@@ -169,14 +223,14 @@ def validate(cfg: Config) -> None:
           cfg.workers, "a positive integer or None")
     check(isinstance(cfg.backbone_input, (int, np.integer)) and cfg.backbone_input >= 16, "backbone_input",
           cfg.backbone_input, "an input size of at least 16 pixels")
-    check(isinstance(cfg.metrics, (list, tuple)), "metrics", cfg.metrics, "a list of metric set names")
-    check(cfg.eval_clients in ("all", "participants"), "eval_clients", cfg.eval_clients, "'all' or 'participants'")
-    check(isinstance(cfg.eval_finetune_epochs, (int, np.integer)) and cfg.eval_finetune_epochs >= 0,
-          "eval_finetune_epochs", cfg.eval_finetune_epochs, "a non-negative number of epochs")
-    check(isinstance(cfg.late_clients, (int, np.integer)) and 0 <= cfg.late_clients < cfg.num_clients, "late_clients",
-          cfg.late_clients, f"a number of clients in [0, num_clients={cfg.num_clients})")
-    if cfg.late_clients:
-        check(isinstance(cfg.late_round, (int, np.integer)) and 0 < cfg.late_round < cfg.rounds, "late_round",
-              cfg.late_round, f"a round in (0, rounds={cfg.rounds}) at which the late clients join")
-    resolve_metric_sets(cfg.metric_sets())
+    check(isinstance(ev.metrics, (list, tuple)), "metrics", ev.metrics, "a list of metric set names")
+    check(ev.clients in ("all", "participants"), "eval_clients", ev.clients, "'all' or 'participants'")
+    check(isinstance(ev.finetune_epochs, (int, np.integer)) and ev.finetune_epochs >= 0,
+          "eval_finetune_epochs", ev.finetune_epochs, "a non-negative number of epochs")
+    check(isinstance(part.late_clients, (int, np.integer)) and 0 <= part.late_clients < cfg.num_clients, "late_clients",
+          part.late_clients, f"a number of clients in [0, num_clients={cfg.num_clients})")
+    if part.late_clients:
+        check(isinstance(part.late_round, (int, np.integer)) and 0 < part.late_round < cfg.rounds, "late_round",
+              part.late_round, f"a round in (0, rounds={cfg.rounds}) at which the late clients join")
+    resolve_metric_sets(ev.metric_sets())
     make_method(cfg.method, **cfg.hyper)  # validates the hyperparameters

@@ -3,7 +3,6 @@ set aside, one lock per config."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import json
 import os
@@ -120,7 +119,7 @@ def record_of(cfg: Config, fed, started: float) -> dict:
     history = fed.history
     shared = {"runs_batched": fed.runs_batched} if getattr(fed, "runs_batched", 1) > 1 else {}
     return {**shared,
-        "config": dataclasses.asdict(cfg), "key": cfg.key(), "seed": cfg.seed, "code_version": code_version(),
+        "config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "code_version": code_version(),
         "device": device_description(cfg.device), "engine": cfg.engine,
         "executor": fed.executor.name,
         "wall_time_s": fed.elapsed, "history": history, "final": history[-1],

@@ -99,7 +99,7 @@ def lockstep_key(cfg: Config) -> str:
     """Configs with the same key can train in one batched step (``run_many``)."""
     from fedlib.methods import make_method
 
-    shared = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in PER_RUN_FIELDS}
+    shared = {k: v for k, v in cfg.flat().items() if k not in PER_RUN_FIELDS}
     shared["hyper"] = dataclasses.asdict(make_method(cfg.method, **cfg.hyper).hp)
     return json.dumps(shared, sort_keys=True, default=str)
 

@@ -44,6 +44,6 @@ def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = "", 
     model = build_model(cfg.model, data.input_shape, data.num_classes, cfg.dataset).to(cfg.device)
     method = make_method(cfg.method, **cfg.hyper) if method is None else method
     return Federation(fed, model, method, seed=cfg.seed, rounds=cfg.rounds, training=cfg.local_training(),
-                      participation=cfg.participation(), evaluation=cfg.evaluation_plan(),
+                      participation=cfg.participation.schedule(), evaluation=cfg.evaluation.plan(),
                       executor=executor or cfg.executor, executor_options={"workers": cfg.workers},
                       checkpoint=checkpoint, progress=progress, desc=desc)

@@ -54,7 +54,7 @@ def first_error_line(report: str) -> str:
 
 
 def config_json(cfg) -> str:
-    return json.dumps(dataclasses.asdict(cfg), default=str)
+    return json.dumps(cfg.flat(), default=str)
 
 
 def config_from_json(text: str):
