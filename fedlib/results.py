@@ -73,7 +73,6 @@ class Stored:
 def current_key(config: dict) -> tuple[str | None, str]:
     """(key today's code gives the stored config, why none) - None when the config no longer loads."""
     from fedlib.errors import ConfigError
-
     from fedlib.experiment import FIELDS
 
     unknown = sorted(set(config) - FIELDS)

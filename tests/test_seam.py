@@ -232,3 +232,25 @@ def test_scratch_is_fresh_each_update_read_by_the_loss_and_never_kept(monkeypatc
     plain = build(make_config(method="fedavg", executor=executor, **DIGITS))
     plain.run()
     assert fed.history[-1]["personal_local_acc"] == pytest.approx(plain.history[-1]["personal_local_acc"], abs=1e-6)
+
+
+class ViewReader(Method):
+    """FedAvg whose loss notes what context it was given."""
+    name = "test_view_reader"
+    seen: list = []
+
+    def local_loss(self, out, batch, params, ctx):
+        ViewReader.seen.append((type(ctx).__name__, sorted(f.name for f in dataclasses.fields(ctx))))
+        return super().local_loss(out, batch, params, ctx)
+
+
+@pytest.mark.parametrize("executor", ["sequential", "batched"])
+def test_a_local_objective_sees_the_same_narrow_context_under_every_executor(monkeypatch, executor):
+    from fedlib.engine.core import LossContext
+
+    monkeypatch.setitem(METHODS, ViewReader.name, ViewReader)
+    monkeypatch.setattr(ViewReader, "seen", [])
+    build(make_config(method=ViewReader.name, executor=executor, **DIGITS)).run()
+    fields = sorted(f.name for f in dataclasses.fields(LossContext))
+    assert ViewReader.seen and all(seen == ("LossContext", fields) for seen in ViewReader.seen)
+    assert not {"client_id", "seed", "model", "labels", "size", "features", "validation"} & set(fields)

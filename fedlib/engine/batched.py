@@ -199,7 +199,8 @@ class BatchedTrainer:
         params = {k: (v.detach().clone().requires_grad_(True) if k in trainable else v) for k, v in start.items()}
         train = {k: params[k] for k in trainable}
         x, y = self.x[idx], self.y[idx]
-        loss = loss_fn(self.forward(params, x), Batch(x, y, w), train, ctx)
+        loss = loss_fn(self.forward(params, x), Batch(x, y, w), train,
+                       dataclasses.replace(ctx.loss_view(), forward=self.forward))
         grads = torch.autograd.grad(loss, list(train.values()), allow_unused=True)
         return frozenset(k for k, g in zip(train, grads) if g is None)
 
@@ -215,9 +216,7 @@ class BatchedTrainer:
             frozen_p[k] = first if shared else torch.stack([s[k] for s in starts])
             frozen_dims[k] = None if shared else 0
         spec, consts, ctx_inputs, ctx_dims = _stack_leaves([(c.received, c.state, c.scratch, c.counts) for c in ctxs])
-        template = dataclasses.replace(ctxs[0], client_id=None, seed=None, model=None, labels=None, size=None,
-                                       features=None, validation=None, validation_labels=None, forward_from=None,
-                                       forward=self.forward)
+        template = dataclasses.replace(ctxs[0].loss_view(), forward=self.forward)
 
         # every client's schedule padded to the bucket's length with inactive steps
         lengths = [len(s[0]) for s in scheds]

@@ -63,9 +63,7 @@ class ClientContext:
     hook may change only its own ``state`` dict (kept between rounds: checkpointed, sent with the client)
     and ``scratch``, this update's working space (fresh each update, never stored or sent).
 
-    Inside ``local_loss`` under the batched executor, ``received``, ``state``, ``scratch`` and ``counts`` hold
-    this client's values (vmapped); ``model``, ``labels``, ``features``, ``validation``, ``client_id``, ``seed``
-    and ``size`` are None there, so a loss must not depend on them."""
+    A local objective (``local_loss``, a ``Phase.loss``) sees only its ``loss_view``."""
     client_id: int | None
     round: int                         # 0-based
     rounds: int
@@ -86,6 +84,26 @@ class ClientContext:
     batch_size: int | None = None      # the experiment's mini-batch size (methods' own loops: FedALA)
     forward_from: Callable[[Params, torch.Tensor], Out] | None = None   # projector and head on encoder outputs h
     scratch: dict = field(default_factory=dict)   # this update's working space: never checkpointed nor sent
+
+    def loss_view(self) -> LossContext:
+        return LossContext(self.round, self.rounds, self.num_classes, self.lr, self.received, self.state,
+                           self.scratch, self.counts, self.forward)
+
+
+@dataclass(frozen=True)
+class LossContext:
+    """What a local objective may read, the same under every executor: under the batched executor the loss is
+    vmapped over clients and ``received``, ``state``, ``scratch`` and ``counts`` hold this client's values
+    there. Whatever else a loss needs (a seed, the client's data) it prepares in ``receive`` into ``scratch``."""
+    round: int                         # 0-based
+    rounds: int
+    num_classes: int
+    lr: float
+    received: Mapping[str, Any]
+    state: dict
+    scratch: dict
+    counts: torch.Tensor | None        # (K,) training samples per class
+    forward: Callable[[Params, torch.Tensor], Out]   # functional forward (a second pass: MOON, FedNTD, ...)
 
 
 @dataclass
@@ -144,6 +162,6 @@ def own_copy(obj: Any) -> Any:
     return obj
 
 
-def cross_entropy_loss(out: Out, batch: Batch, params: Params, ctx: ClientContext) -> torch.Tensor:
+def cross_entropy_loss(out: Out, batch: Batch, params: Params, ctx: LossContext) -> torch.Tensor:
     """The plain local objective as a Phase loss (FedPAC's head phase, fine-tuning before evaluation)."""
     return cross_entropy(out.logits, batch)

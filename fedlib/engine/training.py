@@ -143,6 +143,7 @@ class Trainer:
         total = torch.zeros((), dtype=torch.float64, device=self.x.device)
         count = steps = 0
         model.train()
+        loss_ctx = ctx.loss_view()
         for order in epoch_orders(train_idx, epochs, seed_keys):
             for start in range(0, len(order), self.batch_size):
                 if phase.max_steps is not None and steps >= phase.max_steps:
@@ -151,7 +152,7 @@ class Trainer:
                 batch = Batch(self.x[idx], self.y[idx])
                 opt.zero_grad(set_to_none=True)
                 if phase.step is None:
-                    loss = loss_fn(Out(*model.forward_features(batch.x)), batch, trainable, ctx)
+                    loss = loss_fn(Out(*model.forward_features(batch.x)), batch, trainable, loss_ctx)
                     loss.backward()
                 else:
                     loss = phase.step(batch, trainable, ctx)

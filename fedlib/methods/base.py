@@ -26,7 +26,17 @@ import numpy as np
 import torch
 
 from fedlib.aggregate import select, weighted_average
-from fedlib.engine.core import Batch, ClientContext, LocalResult, Out, Phase, Server, clone, cross_entropy_loss
+from fedlib.engine.core import (
+    Batch,
+    ClientContext,
+    LocalResult,
+    LossContext,
+    Out,
+    Phase,
+    Server,
+    clone,
+    cross_entropy_loss,
+)
 from fedlib.errors import ConfigError, check_fields
 from fedlib.models import PARTS
 from fedlib.prototypes import aggregate_prototypes, class_stats, feature_variance
@@ -109,7 +119,7 @@ class Method:
     def local_phases(self, ctx: ClientContext) -> list[Phase]:
         return [Phase()]
 
-    def local_loss(self, out: Out, batch: Batch, params: dict, ctx: ClientContext) -> torch.Tensor:
+    def local_loss(self, out: Out, batch: Batch, params: dict, ctx: LossContext) -> torch.Tensor:
         return cross_entropy_loss(out, batch, params, ctx)
 
     def local_step(self, loss_fn):

@@ -44,13 +44,13 @@ class FedASAM(Method):
     def local_step(self, loss_fn):
         def asam_step(batch, params, ctx):
             tensors = list(params.values())
-            loss = loss_fn(ctx.forward(params, batch.x), batch, params, ctx)
+            loss = loss_fn(ctx.forward(params, batch.x), batch, params, ctx.loss_view())
             grads = torch.autograd.grad(loss, tensors)
             eps = asam_perturbation(params, grads, self.hp.rho, self.hp.eta)
             with torch.no_grad():
                 for p, e in zip(tensors, eps):
                     p.add_(e)
-            sharp = loss_fn(ctx.forward(params, batch.x), batch, params, ctx)
+            sharp = loss_fn(ctx.forward(params, batch.x), batch, params, ctx.loss_view())
             for p, g in zip(tensors, torch.autograd.grad(sharp, tensors)):
                 p.grad = g
             with torch.no_grad():
