@@ -130,6 +130,28 @@ def test_fedrep_trains_the_head_with_the_body_frozen_then_the_body_with_the_head
     assert FedRep.shared == ("body", "projector") and FedRep.personalized and not FedRep.has_global_model
 
 
+def test_fedbabu_trains_the_body_only_and_fine_tunes_the_whole_model_for_five_epochs_before_evaluation():
+    """Oh et al.: the head stays at its random initialisation during training (only body and projector train
+    and are averaged, so the global head is the initial one: 7 here); personalization fine-tunes the whole
+    model for tau_f = 5 epochs with cross-entropy."""
+    from fedlib.engine.core import cross_entropy_loss
+    from fedlib.methods import FedBABU
+    from fedlib.models import PARTS
+
+    method = FedBABU()
+    assert [p.trainable for p in method.local_phases(context())] == [("body", "projector")]
+    tune = method.finetune_phase()
+    assert (tune.trainable, tune.epochs, tune.loss) == (PARTS, 5, cross_entropy_loss)
+    init = {"body.w": torch.zeros(1), "projector.w": torch.zeros(1), "head.w": torch.full((1,), 7.0)}
+    server = Server(num_clients=2)
+    method.init_server(server, init)
+    ups = {i: method.upload(context(size=n), {"local": {k: torch.full((1,), v) for k in init}}, LocalResult(1, 0.0))
+           for i, (n, v) in enumerate([(1, 0.0), (3, 4.0)])}
+    method.aggregate(server, ups)
+    assert server.state["global"]["body.w"].item() == pytest.approx(3.0)
+    assert method.global_params(server)["head.w"].item() == 7.0
+
+
 @pytest.mark.parametrize("method", [FedPer(), FedRep()])
 def test_shared_parts_only_are_broadcast_uploaded_and_averaged(method):
     """Server: body and projector averaged by sample counts (1 and 3: (0 + 3 * 4) / 4 = 3), the head
