@@ -93,8 +93,37 @@ def test_eq10_consistency_loss_by_hand_and_zero_before_prototypes():
     assert float(consistency_loss(z, Batch(z, y), None, None)) == 0.0
 
 
-def test_fedprp_phases_freeze_the_other_part_and_margins_persist():
-    fed = build(make_config(method="fedprp", hyper={"head_epochs": 1, "body_epochs": 1}, **DIGITS))
+def test_fedprp_keeps_its_margin_fixed_by_default():
+    """A4: eps stays at eps_init (the official code's effect): the body phase does not train it."""
+    fed = build(make_config(method="fedprp", hyper={"head_epochs": 1, "body_epochs": 1, "eps_init": 0.7}, **DIGITS))
+    ctx = fed.context(fed.task(fed.clients[0], 0))
+    head, body = fed.method.local_phases(ctx)
+    assert set(body.trainable) == {"body", "projector"}
+    from fedlib.engine.client import local_update
+    result = local_update(fed.method, fed.task(fed.clients[0], 0), fed.setup, fed.trainer)
+    assert torch.equal(result.model["extra.eps"], torch.full((fed.data.num_classes,), 0.7))
+
+
+def test_the_margin_gradient_is_never_negative_so_a_learned_margin_only_shrinks():
+    """dL_ID/deps_c = (1/tau) * mean over positives of (1 - softmax weight of the positive) >= 0: one sample
+    z = (0, 0) of class 0 with anchors at (0, 0) and (1, 0), eps = (0.5, 0.5), tau = 1: logits over the batch
+    l_00 = -0 - 0.5, the positive is the only sample, so L = -l_00 + logsumexp(l_00) = 0 and dL/deps = 0; a
+    second sample of class 1 at (1, 0) adds a negative for anchor 0 (l_01 = -1), and dL/deps_0 =
+    1 - e^-0.5 / (e^-0.5 + e^-1) > 0."""
+    z = torch.tensor([[0.0, 0.0], [1.0, 0.0]])
+    y = torch.tensor([0, 1])
+    anchors = torch.tensor([[0.0, 0.0], [1.0, 0.0]])
+    eps = torch.tensor([0.5, 0.5], requires_grad=True)
+    loss = discrimination_loss(z, Batch(z, y), anchors, eps, 1.0)
+    (grad,) = torch.autograd.grad(loss, eps)
+    p_pos = math.exp(-0.5) / (math.exp(-0.5) + math.exp(-1.0))
+    assert grad[0].item() == pytest.approx((1 - p_pos) / 2, rel=1e-5)   # mean over the two classes present
+    assert (grad >= 0).all()
+
+
+def test_fedprp_phases_freeze_the_other_part_and_learned_margins_persist():
+    fed = build(make_config(method="fedprp", hyper={"head_epochs": 1, "body_epochs": 1, "learn_eps": True},
+                            **DIGITS))
     ctx = fed.context(fed.task(fed.clients[0], 0))
     head, body = fed.method.local_phases(ctx)
     assert head.trainable == ("head",) and set(body.trainable) == {"body", "projector", "extra"}
