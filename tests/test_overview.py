@@ -8,9 +8,11 @@ def test_summaries_round_trip_and_verdicts_are_counted(tmp_path, monkeypatch):
     monkeypatch.setattr(experiment, "DEFAULT_CACHE", tmp_path)
     rows = [{"method": "FedAvg", "ours (book)": "70.00 ± 1.00", "paper": 86.71}]
     common.save_summary("fedgpa", "book", headline=("Table 2", rows))
-    common.save_summary("fedgpa", "book", claims=[Claim("a", "p", "o", True), Claim("b", "p", "o", False),
-                                                   Claim("c", "p", "o", None), Claim("d", "p", "o", True, "n")],
-                        scale_note="scale book")
+    claims = [Claim("a", "p", "o", True, margins={0: 2.0, 1: 2.2, 2: 1.8}),      # interval [1.50, 2.50]
+              Claim("b", "p", "o", False, margins={0: -2.0, 1: -2.2, 2: -1.8}),
+              Claim("c", "p", "o", None), Claim("d", "p", "o", True, "n", margins={0: 1.0}),   # one seed
+              Claim("e", "p", "o", True, margins={0: 1.0, 1: -1.0, 2: 0.5}), Claim("f", "p", "o", False)]
+    common.save_summary("fedgpa", "book", claims=claims, scale_note="scale book")
     (tmp_path / "summaries" / "fedpcl-book.json").write_text("{broken")   # unreadable: treated as not run
     found = overview.summaries("book")
     assert set(found) == {"fedgpa"}
@@ -19,13 +21,18 @@ def test_summaries_round_trip_and_verdicts_are_counted(tmp_path, monkeypatch):
         "rows": rows,
         "provenance": "",
     }  # the second save kept the first's part
-    assert overview.verdict_counts(found["fedgpa"]) == {"hold": 2, "do not hold": 1, "not checked": 1}
+    assert overview.verdict_counts(found["fedgpa"]) == {"hold": 1, "do not hold": 1, "inconclusive": 3,
+                                                         "not checked": 1}
     table = overview.chapters_table(found, "book")
     assert list(table["chapter"]) == list(overview.CHAPTERS.values())
-    assert table.iloc[0]["claims that hold"] == 2 and table.iloc[1]["run"] == "not run at scale book"
-    claims = overview.claims_table(found["fedgpa"])
-    assert list(claims["verdict"]) == ["holds here", "does not hold here", "not checked", "holds here"]
-    assert claims.iloc[3]["ours"] == "o (n)"
+    assert table.iloc[0]["claims that hold"] == 1 and table.iloc[0]["inconclusive"] == 3
+    assert table.iloc[1]["run"] == "not run at scale book"
+    verdicts = list(overview.claims_table(found["fedgpa"])["verdict"])
+    assert verdicts[0] == "holds at 3 seeds (margin +2.00, 95% CI [+1.50, +2.50])"
+    assert verdicts[1].startswith("does not hold at 3 seeds") and verdicts[2] == "not checked"
+    assert verdicts[3] == "inconclusive at 1 seed (margin +1.00, no interval)"
+    assert verdicts[5].startswith("inconclusive (point verdict on the means: does not hold")
+    assert overview.claims_table(found["fedgpa"]).iloc[3]["ours"] == "o (n)"
     assert overview.headline_table(found["fedgpa"]).to_dict("records") == rows
 
 

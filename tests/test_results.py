@@ -97,11 +97,11 @@ def test_lookup_finds_current_records_by_config_and_reports_missing(stored):
     assert prov["runs"] == 1 and prov["executors"] == ["sequential"] and prov["devices"][0].startswith("cpu")
 
 
-def fake(acc: float, weights=None) -> dict:
+def fake(acc: float, weights=None, seed: int = 0) -> dict:
     row = {"round": 1, "personal_local_acc": acc / 100}
     if weights:
         row["weights"] = weights
-    return {"history": [row], "final": row}
+    return {"history": [row], "final": row, "seed": seed}
 
 
 def test_fedgpa_claims_against_hand_made_results():
@@ -128,8 +128,11 @@ def test_fedgpa_claims_against_hand_made_results():
     assert all(c.holds for c in claims if not c.claim.startswith("mu")), [c for c in claims if not c.holds]
     assert [c.holds for c in claims if c.claim.startswith("mu")] == [False]   # s=80 peaks at mu = 1
     assert len(claims) == 9
+    # one seed: every margin is positive, but one seed gives no interval; the mu sweep has no per-seed margin
+    assert [c.verdict.outcome for c in claims] == ["inconclusive"] * 9
+    assert all(c.verdict.n == 1 and c.verdict.mean > 0 for c in claims if not c.claim.startswith("mu"))
     page = verdict_html(claims, "book scale")
-    assert page.count("<tr>") == 10 and "8 of 9 claims hold" in page
+    assert page.count("<tr>") == 10 and "inconclusive 9 (of 9" in page
 
 
 def test_fedpcl_claims_against_hand_made_results():
@@ -226,3 +229,46 @@ def test_fedgpa_paper_grid_is_complete_unique_and_ordered_by_need():
     assert {c.seed for c in first} == {0} and len(
         {(c.method, json.dumps(c.partition, sort_keys=True)) for c in first}
     ) == 60
+
+
+def test_the_verdict_rule_on_margins_with_known_answers():
+    """95% t-interval of the mean margin over seeds (t_{0.975, 2} = 4.3027): margins 1, 2, 3 -> mean 2,
+    s = 1, half-width 4.3027 / sqrt(3) = 2.484 -> [-0.48, 4.48]: inconclusive; 2, 2.2, 1.8 -> half-width
+    4.3027 * 0.2 / sqrt(3) = 0.497 -> [1.50, 2.50]: holds; the negatives: does not hold; one seed: no interval."""
+    from fedlib.studies.report import verdict_of
+
+    v = verdict_of({0: 1.0, 1: 2.0, 2: 3.0})
+    assert v.outcome == "inconclusive" and v.n == 3 and v.mean == pytest.approx(2.0)
+    assert v.interval == pytest.approx((2 - 2.4841, 2 + 2.4841), abs=1e-3)
+    assert verdict_of([2.0, 2.2, 1.8]).interval == pytest.approx((1.5032, 2.4968), abs=1e-3)
+    assert verdict_of([2.0, 2.2, 1.8]).outcome == "holds"
+    assert verdict_of([-2.0, -2.2, -1.8]).outcome == "does not hold"
+    one = verdict_of({0: 5.0})
+    assert one.outcome == "inconclusive" and one.interval is None and "at 1 seed" in one.text()
+    assert verdict_of(None).outcome == "not checked"
+
+
+def test_fedgpa_claims_are_paired_by_seed():
+    """Three seeds whose partitions move every method together by -3, 0, +3 points: FedGPA leads FedAvg by 1
+    point on every seed (paired margins 1, 1, 1: holds) although the unpaired spreads (std 2.45) overlap;
+    FedBABU minus FedPer swaps sign from seed to seed (inconclusive); raise FedAvg by 2 points and the
+    split-model methods trail it on every seed (does not hold)."""
+    methods = ["fedavg", "fedper", "fedbabu", "fedgpa"]
+    base = {"fedavg": 85, "fedper": 84, "fedbabu": 84, "fedgpa": 86}
+    swing = {0: -3.0, 1: 0.0, 2: 3.0}
+    wobble = {0: 1.0, 1: -1.5, 2: 0.5}        # FedBABU minus FedPer on each seed
+
+    def grid(fedavg_bonus: float) -> dict:
+        return {(m, st, s): [fake(base[m] + swing[seed] + (wobble[seed] if m == "fedbabu" else 0)
+                                  + (fedavg_bonus if m == "fedavg" else 0), seed=seed) for seed in swing]
+                for st in (1, 2) for s in (20, 80) for m in methods}
+
+    claims = {c.claim[:20]: c for c in fedgpa.verdicts(grid(0.0), [1, 2], [20, 80], methods)}
+    best = claims["FedGPA has the highe"]
+    assert best.margins == pytest.approx({0: 1.0, 1: 1.0, 2: 1.0}) and best.verdict.outcome == "holds"
+    newer = claims["FedPer and LG-FedAvg"]
+    assert newer.margins == pytest.approx(wobble) and newer.verdict.outcome == "inconclusive"
+    claims = {c.claim[:20]: c for c in fedgpa.verdicts(grid(2.0), [1, 2], [20, 80], methods)}
+    assert claims["FedGPA has the highe"].verdict.outcome == "does not hold"
+    split = claims["methods with one glo"]
+    assert split.margins == pytest.approx({0: -1.0, 1: -1.0, 2: -1.0}) and split.verdict.outcome == "does not hold"

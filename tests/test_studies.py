@@ -41,9 +41,9 @@ def test_fedgpa_setting_table_is_mean_and_population_std_over_seeds():
     table, records = fedgpa.setting_table(rows, runs, 1, ["fedgpa", "fedavg"], "book")
     ours = table["ours (book)"]
     assert list(ours.index) == ["FedGPA", "FedAvg"]                     # the order asked for
-    assert ours.loc["FedAvg", 20] == "65.00 ± 5.00"                       # last evaluations 0.6, 0.7
-    assert ours.loc["FedGPA", 20] == f"80.00 ± {100 * np.std([0.8, 0.9, 0.7]):.2f}"   # ddof 0
-    assert ours.loc["FedAvg", 80] == "50.00"                              # one seed: no spread
+    assert ours.loc["FedAvg", 20] == "65.00 ± 5.00 (n=2)"                     # last evaluations 0.6, 0.7
+    assert ours.loc["FedGPA", 20] == f"80.00 ± {100 * np.std([0.8, 0.9, 0.7]):.2f} (n=3)"   # ddof 0
+    assert ours.loc["FedAvg", 80] == "50.00 (n=1)"                           # one seed: no spread
     assert table["paper"].loc["FedGPA", 80] == fedgpa.PAPER[1]["fedgpa"][1]
     assert sum(len(r) for r in records) == 7
 

@@ -3,20 +3,25 @@ verdicts, read from the summaries the chapters leave when they run (``common.sav
 from __future__ import annotations
 
 from fedlib.studies.common import load_summaries
+from fedlib.studies.report import Claim
 
 CHAPTERS = {"fedgpa": "FedGPA", "fedpcl": "FedPCL", "fedprp": "FedPRP", "fedmate": "FedMate", "pfedcspc": "pFedCSPC"}
 HEADLINE_KEYS = {"fedgpa": 3, "fedpcl": 2}   # leading label columns of each chapter's headline rows
-VERDICT = {True: "holds here", False: "does not hold here", None: "not checked"}
 
 
 def summaries(scale: str) -> dict:
     return load_summaries(CHAPTERS, scale)
 
 
+def claims_of(summary: dict) -> list[Claim]:
+    return [Claim(**c) for c in summary.get("claims", [])]
+
+
 def verdict_counts(summary: dict) -> dict:
-    claims = summary.get("claims", [])
-    return {"hold": sum(c["holds"] is True for c in claims), "do not hold": sum(c["holds"] is False for c in claims),
-            "not checked": sum(c["holds"] is None for c in claims)}
+    """The chapter's claims by outcome under the verdict rule (one scale: a summary is one scale's)."""
+    outcomes = [c.verdict.outcome for c in claims_of(summary)]
+    return {"hold": outcomes.count("holds"), "do not hold": outcomes.count("does not hold"),
+            "inconclusive": outcomes.count("inconclusive"), "not checked": outcomes.count("not checked")}
 
 
 def chapters_table(found: dict, scale: str):
@@ -27,12 +32,13 @@ def chapters_table(found: dict, scale: str):
     for chapter, title in CHAPTERS.items():
         s = found.get(chapter)
         if s is None:
-            rows.append({"chapter": title, "claims that hold": "-", "do not hold": "-", "not checked": "-",
-                         "run": f"not run at scale {scale}"})
+            rows.append({"chapter": title, "claims that hold": "-", "do not hold": "-", "inconclusive": "-",
+                         "not checked": "-", "run": f"not run at scale {scale}"})
             continue
         n = verdict_counts(s)
         rows.append({"chapter": title, "claims that hold": n["hold"], "do not hold": n["do not hold"],
-                     "not checked": n["not checked"], "run": f"{s['code_version']}, {s['saved_at']}"})
+                     "inconclusive": n["inconclusive"], "not checked": n["not checked"],
+                     "run": f"{s['code_version']}, {s['saved_at']}"})
     return pd.DataFrame(rows)
 
 
@@ -56,11 +62,13 @@ def claims_table(summary: dict):
     return pd.DataFrame(
         [
             {
-                "claim": c["claim"],
-                "paper": c["paper"],
-                "ours": c["ours"] + (f" ({c['note']})" if c["note"] else ""),
-                "verdict": VERDICT[c["holds"]],
+                "claim": c.claim,
+                "paper": c.paper,
+                "ours": c.ours + (f" ({c.note})" if c.note else ""),
+                "verdict": c.verdict.text() if c.margins is not None or c.holds is None else
+                f"inconclusive (point verdict on the means: {'holds' if c.holds else 'does not hold'}; "
+                "no per-seed margin)",
             }
-            for c in summary.get("claims", [])
+            for c in claims_of(summary)
         ]
     )

@@ -25,9 +25,9 @@ def mean_std(records: list[dict], metric: str = "personal_local_acc") -> tuple[f
 
 
 def fmt(ms) -> str:
-    """'mean ± std' in %, or just the mean for a single seed."""
+    """'mean ± std (n seeds)' in %; a single seed says so."""
     mean, std, n = ms
-    return f"{100 * mean:.2f} ± {100 * std:.2f}" if n > 1 else f"{100 * mean:.2f}"
+    return f"{100 * mean:.2f} ± {100 * std:.2f} (n={n})" if n > 1 else f"{100 * mean:.2f} (n=1)"
 
 
 def provenance(records: list[dict]) -> dict:
@@ -184,26 +184,117 @@ def report_stored(stored: dict, grid: str = "") -> list[dict]:
     return found
 
 
+# ---------------------------------------------------------------------- verdicts with uncertainty
+# The rule, written once (the book's introduction states it too): a claim is turned into a margin, a number
+# that is positive when the claim holds (e.g. "A beats B in every cell": min over cells of A - B, in points).
+# Methods compared on the same seed share its partitions, so the margin is computed per seed from that seed's
+# runs (paired). With n >= 2 seeds the verdict reads the 95% t-interval of the mean margin over seeds: above 0
+# "holds", below 0 "does not hold", containing 0 "inconclusive"; one seed gives no interval: "inconclusive".
+OUTCOMES = ("holds", "does not hold", "inconclusive")
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: str                        # one of OUTCOMES, or "not checked"
+    n: int = 0                          # seeds the margin was computed on
+    mean: float | None = None           # mean margin over seeds (points)
+    interval: tuple[float, float] | None = None   # 95% t-interval of the mean margin (n >= 2)
+
+    def text(self) -> str:
+        if self.outcome == "not checked":
+            return "not checked"
+        if self.interval is None:
+            return f"{self.outcome} at {self.n} seed{'s' if self.n != 1 else ''} (margin {self.mean:+.2f}, no interval)"
+        lo, hi = self.interval
+        return f"{self.outcome} at {self.n} seeds (margin {self.mean:+.2f}, 95% CI [{lo:+.2f}, {hi:+.2f}])"
+
+
+def verdict_of(margins) -> Verdict:
+    """The rule above applied to per-seed margins ({seed: margin} or a list); None or empty: not checked."""
+    from scipy import stats
+
+    values = [float(v) for v in (margins.values() if isinstance(margins, dict) else margins or [])
+              if v is not None and np.isfinite(v)]
+    if not values:
+        return Verdict("not checked")
+    n, mean = len(values), float(np.mean(values))
+    if n == 1:
+        return Verdict("inconclusive", 1, mean)
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * np.std(values, ddof=1) / np.sqrt(n))
+    lo, hi = mean - half, mean + half
+    outcome = "holds" if lo > 0 else "does not hold" if hi < 0 else "inconclusive"
+    return Verdict(outcome, n, mean, (lo, hi))
+
+
+class PerSeed:
+    """Paired margins: ``PerSeed(runs, metric)(margin)`` evaluates ``margin(acc)`` on each seed that every cell
+    of ``runs`` ({cell: records over seeds}) has, with ``acc`` = {cell: 100 x that seed's last value of
+    ``metric``}; returns {seed: margin}."""
+
+    def __init__(self, runs: dict, metric: str = "personal_local_acc", last: int = 1):
+        self.by_seed: dict[int, dict] = {}
+        cells = {k: {int(r["seed"]): r for r in records} for k, records in runs.items() if records}
+        common = set.intersection(*(set(v) for v in cells.values())) if cells else set()
+        for seed in sorted(common):
+            self.by_seed[seed] = {k: 100 * summarize_runs([v[seed]], metrics=(metric,), last=last)[metric][0]
+                                  for k, v in cells.items()}
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.by_seed)
+
+    def __call__(self, margin) -> dict[int, float]:
+        return {seed: float(margin(acc)) for seed, acc in self.by_seed.items()}
+
+
 @dataclass
 class Claim:
     claim: str                     # what the paper says, in a sentence
     paper: str                     # the paper's evidence (table/figure, numbers)
-    ours: str                      # our numbers
-    holds: bool | None             # None: cannot be checked here
+    ours: str                      # our numbers (means over seeds)
+    holds: bool | None             # the point verdict on the means; None: cannot be checked here
     note: str = ""
+    margins: dict | None = None    # {seed: margin in points}, positive where the claim holds on that seed
+
+    @property
+    def verdict(self) -> Verdict:
+        """The rule on the per-seed margins; a claim without them has a point verdict only (no interval)."""
+        if self.margins is not None:
+            return verdict_of(self.margins)
+        if self.holds is None:
+            return Verdict("not checked")
+        return Verdict("inconclusive", 0)
+
+
+def verdict_counts(verdicts) -> dict[str, int]:
+    """How many claims hold, do not hold, are inconclusive, were not checked."""
+    out = {o: 0 for o in (*OUTCOMES, "not checked")}
+    for v in verdicts:
+        out[v.outcome] += 1
+    return out
 
 
 def verdict_html(claims: list[Claim], scale_note: str) -> str:
-    """The verdict box closing a chapter: each claim, whether it holds here, with the numbers."""
-    mark = {True: ("holds here", "yes"), False: ("does not hold here", "no"), None: ("not checked", "na")}
-    rows = "".join(
-        f"<tr><td>{html.escape(c.claim)}</td><td>{html.escape(c.paper)}</td><td>{html.escape(c.ours)}"
-        f"{'<br><em>' + html.escape(c.note) + '</em>' if c.note else ''}</td>"
-        f"<td class='verdict-{mark[c.holds][1]}'>{mark[c.holds][0]}</td></tr>" for c in claims)
-    held = sum(1 for c in claims if c.holds)
-    return (f"<div class='verdict'><p><strong>Verdict per claim</strong> ({html.escape(scale_note)}): "
-            f"{held} of {len(claims)} claims hold here.</p><table><thead><tr><th>claim</th><th>paper</th>"
-            f"<th>ours</th><th>verdict</th></tr></thead><tbody>{rows}</tbody></table></div>")
+    """The verdict box closing a chapter: each claim with the numbers and its verdict under the rule
+    (per-seed margins, 95% interval over seeds)."""
+    css = {"holds": "yes", "does not hold": "no", "inconclusive": "na", "not checked": "na"}
+    rows = []
+    for c in claims:
+        v = c.verdict
+        detail = v.text() if c.margins is not None or v.outcome == "not checked" else \
+            f"point verdict on the means: {'holds' if c.holds else 'does not hold'} (no per-seed margin)"
+        rows.append(
+            f"<tr><td>{html.escape(c.claim)}</td><td>{html.escape(c.paper)}</td><td>{html.escape(c.ours)}"
+            f"{'<br><em>' + html.escape(c.note) + '</em>' if c.note else ''}</td>"
+            f"<td class='verdict-{css[v.outcome]}'>{html.escape(v.outcome)}<br><small>{html.escape(detail)}</small>"
+            f"</td></tr>")
+    n = verdict_counts(c.verdict for c in claims)
+    counts = ", ".join(f"{k} {n[k]}" for k in (*OUTCOMES, "not checked") if n[k])
+    return (f"<div class='verdict'><p><strong>Verdict per claim</strong> ({html.escape(scale_note)}): {counts} "
+            f"(of {len(claims)}; rule: 95% t-interval of the per-seed margin, paired by seed, see the "
+            f"introduction).</p><table><thead><tr><th>claim</th><th>paper</th><th>ours</th><th>verdict</th></tr>"
+            f"</thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
 def ordered(values: list[float]) -> bool:
