@@ -2,6 +2,7 @@
 lookup, and the claim checks that close the chapters."""
 import dataclasses
 import json
+import math
 
 import pytest
 
@@ -151,6 +152,11 @@ def test_fedpcl_claims_against_hand_made_results():
     claims = fedpcl.verdicts(table2, alpha, clients, t5, t6)
     assert [c.holds for c in claims] == [True, True, True, False, True, False, True]
     assert "best at 1 of 2 values of alpha (0.5)" in claims[3].ours
+    # Table 2's claims carry per-seed margins: FedPCL 52 vs FedProto 49 (+3), m vs s +2, 400,000 / 2,560
+    assert claims[0].margins == pytest.approx({0: 3.0}) and claims[1].margins == pytest.approx({0: 2.0})
+    assert claims[2].margins == pytest.approx({0: math.log10(400_000 / 2560) - 1})
+    assert [c.verdict.outcome for c in claims[:3]] == ["inconclusive"] * 3          # one seed
+    assert all(c.margins is None for c in claims[3:])                                # summaries only
 
 
 @pytest.mark.slow

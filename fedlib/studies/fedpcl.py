@@ -107,12 +107,20 @@ def verdicts(table2: dict, alpha_res: dict | None = None, client_res: dict | Non
     records}; ``alpha_res`` / ``client_res``: {method: {x: (mean, std, n)}}; ``t5``: {loss: (mean, std, n)};
     ``t6``: {variant: {setting: (mean, std, n)}}; ``infonce``: FedPCL's records with the InfoNCE denominators
     in Table 2's multi-backbone setting (noted beside the first claim)."""
+    import numpy as np
+
     from fedlib.studies.common import Claim, mean_std
+    from fedlib.studies.report import PerSeed
 
     acc = {k: 100 * mean_std(v)[0] for k, v in table2.items()}
+    per_seed = PerSeed(table2)
     claims = []
     multi = {m: acc[("m", m)] for (bb, m) in table2 if bb == "m"}
     best = max(multi, key=multi.__getitem__)
+
+    def fedpcl_best(a):   # FedPCL minus the best other method, several backbones
+        return a[("m", "fedpcl")] - max(a[("m", m)] for m in multi if m != "fedpcl")
+
     claims.append(
         Claim(
             "FedPCL has the best average accuracy under feature shift with several backbones (Table 2)",
@@ -122,18 +130,24 @@ def verdicts(table2: dict, alpha_res: dict | None = None, client_res: dict | Non
             f"with the InfoNCE denominators FedPCL reaches {fmt(mean_std(infonce))} over {len(infonce)} seeds"
             if infonce
             else "",
+            margins=per_seed(fedpcl_best),
         )
     )
     gain = acc[("m", "fedpcl")] - acc[("s", "fedpcl")]
     claims.append(Claim(
         "several backbones beat one, by about 1-4 points for FedPCL (Table 2)",
         "Digit-5: 52.83 -> 55.34 (+2.51)", f"{acc[('s', 'fedpcl')]:.2f} -> {acc[('m', 'fedpcl')]:.2f} ({gain:+.2f})",
-        gain > 0))
+        gain > 0, margins=per_seed(lambda a: a[("m", "fedpcl")] - a[("s", "fedpcl")])))
     sent = {m: table2[("m", m)][0]["history"][-1]["uploaded_per_client"] for m in ("fedpcl", "fedavg")}
+    # "far fewer": at least 10 times fewer; the margin (in factors of ten, per seed's records) is deterministic
+    ratios = {int(r["seed"]): np.log10(r["history"][-1]["uploaded_per_client"]) for r in table2[("m", "fedavg")]}
+    own = {int(r["seed"]): np.log10(r["history"][-1]["uploaded_per_client"]) for r in table2[("m", "fedpcl")]}
     claims.append(Claim(
         "prototype methods communicate far fewer parameters than parameter-sharing ones (Table 2)",
         "2,560 vs 395,776 per client and round", f"{int(sent['fedpcl']):,} vs {int(sent['fedavg']):,}",
-        sent["fedpcl"] * 10 < sent["fedavg"]))
+        sent["fedpcl"] * 10 < sent["fedavg"],
+        "margin: log10 of the ratio minus 1 (at least ten times fewer)",
+        margins={seed: float(ratios[seed] - own[seed] - 1) for seed in ratios if seed in own}))
     if alpha_res:
         wins = [a for a in alpha_res["fedpcl"]
                 if all(alpha_res["fedpcl"][a][0] > alpha_res[m][a][0] for m in alpha_res if m != "fedpcl")]
