@@ -278,3 +278,36 @@ def test_fedgpa_claims_are_paired_by_seed():
     assert claims["FedGPA has the highe"].verdict.outcome == "does not hold"
     split = claims["methods with one glo"]
     assert split.margins == pytest.approx({0: -1.0, 1: -1.0, 2: -1.0}) and split.verdict.outcome == "does not hold"
+
+
+def test_fedmate_claims_carry_paired_margins():
+    """Two seeds, personal_global_acc: FedMate 60 / 62 against FedPAC 58 / 61 (margins 2, 1), the ablation rows
+    below FedMate by at least 1 and above the backbone; Table 2 FedMate 70 / 69 against FedRep 71 / 70 (-1, -1);
+    CFT sends 100 of 200 numbers with accuracy 60 / 62 vs 60.5 / 62.5 (margin min(50, 0.5) = 0.5)."""
+    from fedlib.studies import fedmate
+
+    def recs(values, metric):
+        return [{"seed": s, "history": [{"round": 1, metric: v / 100, "uploaded_per_client": 0}],
+                 "final": {}} for s, v in enumerate(values)]
+
+    g = "personal_global_acc"
+    rows = {"fedpac": recs([58, 61], g), "fedmate": recs([60, 62], g), "Backbone": recs([50, 50], g),
+            "+MPS+CFT": recs([55, 56], g), "+CCI+CCF": recs([57, 58], g)}
+    table2 = {"fmnist": {"fedrep": recs([71, 70], "personal_local_acc"),
+                         "fedmate": recs([70, 69], "personal_local_acc")}}
+
+    def cft(sent, values):
+        out = recs(values, g)
+        for r in out:
+            r["history"][0]["uploaded_per_client"] = sent
+        return out
+
+    claims = fedmate.verdicts({("fmnist", 10): rows}, table2, None,
+                              {"with": cft(100, [60, 62]), "without": cft(200, [60.5, 62.5])}, None)
+    assert claims[0].margins == pytest.approx({0: 2.0, 1: 1.0})
+    assert claims[1].margins == pytest.approx({0: -1.0, 1: -1.0}) and claims[1].verdict.outcome == "does not hold"
+    assert claims[2].margins == pytest.approx({0: 3.0, 1: 4.0})    # min(55-50, 57-50, 60-57), (6, 8, 4)
+    assert claims[3].margins == pytest.approx({0: 0.5, 1: 0.5}) and claims[3].verdict.outcome == "holds"
+    # two seeds, margins 2 and 1: mean 1.5, t_{0.975,1} = 12.706 * 0.7071 / 1.4142 = 6.35 -> inconclusive
+    assert claims[0].verdict.outcome == "inconclusive"
+    assert claims[0].verdict.interval == pytest.approx((1.5 - 6.353, 1.5 + 6.353), abs=1e-2)

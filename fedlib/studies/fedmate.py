@@ -138,8 +138,17 @@ def verdicts(table1: dict, table2: dict, repeat: dict | None, cft: dict | None, 
     """``table1``: {(dataset, s): {row: records}} (rows: methods and ablation names), metric
     personal_global_acc; ``table2``: {dataset: {method: records}}, metric personal_local_acc;
     ``repeat``: {method: {ratio: (mean, std, n)}}; ``cft``: {"with": records, "without": records}."""
+    from fedlib.studies.report import PerSeed
+
     claims = []
     wins = []
+    t1_seed = PerSeed({(cell, r): recs for cell, rows in table1.items() for r, recs in rows.items()},
+                      "personal_global_acc")
+
+    def fedmate_best(a):   # FedMate minus the best other Table 1 method, in its worst cell
+        return min(a[(cell, "fedmate")] - max(a[(cell, r)] for r in rows if r in TABLE1 and r != "fedmate")
+                   for cell, rows in table1.items())
+
     for cell, rows in table1.items():
         acc = {r: 100 * mean_std(recs, "personal_global_acc")[0] for r, recs in rows.items() if r in TABLE1}
         wins.append((cell, max(acc, key=acc.__getitem__), acc))
@@ -152,6 +161,7 @@ def verdicts(table1: dict, table2: dict, repeat: dict | None, cft: dict | None, 
             f"best in {len(best_cells)} of {len(wins)} cells; largest shortfall {worst[0][0].upper()} s={worst[0][1]}: "
             f"FedMate {worst[2]['fedmate']:.2f} vs {LABELS[worst[1]]} {worst[2][worst[1]]:.2f}",
             len(best_cells) == len(wins),
+            margins=t1_seed(fedmate_best),
         )
     )
     for ds, rows in table2.items():
@@ -159,7 +169,9 @@ def verdicts(table1: dict, table2: dict, repeat: dict | None, cft: dict | None, 
         best = max(acc, key=acc.__getitem__)
         claims.append(Claim(f"FedMate adapts best to local data (Table 2, {ds.upper()})",
                             "CIFAR-10 92.18 vs FedPAC 91.71, FedRep 91.45",
-                            f"FedMate {acc['fedmate']:.2f}; best {LABELS[best]} {acc[best]:.2f}", best == "fedmate"))
+                            f"FedMate {acc['fedmate']:.2f}; best {LABELS[best]} {acc[best]:.2f}", best == "fedmate",
+                            margins=PerSeed(rows, "personal_local_acc")(
+                                lambda a: a["fedmate"] - max(v for m, v in a.items() if m != "fedmate"))))
     ok, text = [], []
     for cell, rows in table1.items():
         acc = {r: 100 * mean_std(recs, "personal_global_acc")[0] for r, recs in rows.items()}
@@ -176,6 +188,10 @@ def verdicts(table1: dict, table2: dict, repeat: dict | None, cft: dict | None, 
                 "CIFAR-10 s=10: 39.11 / 50.17 / 52.17 / 55.05",
                 "; ".join(text) + " (Backbone / +MPS+CFT / +CCI+CCF / FedMate)",
                 all(ok),
+                margins=t1_seed(lambda a: min(
+                    min(a[(c, "+MPS+CFT")] - a[(c, "Backbone")], a[(c, "+CCI+CCF")] - a[(c, "Backbone")],
+                        a[(c, "fedmate")] - max(a[(c, "+MPS+CFT")], a[(c, "+CCI+CCF")]))
+                    for c, rows in table1.items() if all(r in rows for r in ABLATION))),
             )
         )
     if repeat and len(next(iter(repeat.values()))) > 1:
@@ -196,7 +212,10 @@ def verdicts(table1: dict, table2: dict, repeat: dict | None, cft: dict | None, 
                 f"uploaded per client and round {sent(with_):,.0f} vs {sent(without):,.0f}; accuracy "
                 f"{a_w:.2f} vs {a_wo:.2f}",
                 sent(with_) < sent(without) and a_w >= a_wo - 1.0,
-                "holds here means: fewer numbers sent and accuracy within 1 point",
+                "holds here means: fewer numbers sent and accuracy within 1 point; margin: the smaller of the "
+                "share of numbers saved (%) and accuracy with minus without plus 1 point",
+                margins=PerSeed({"with": with_, "without": without}, "personal_global_acc")(
+                    lambda a: min(100 * (1 - sent(with_) / sent(without)), a["with"] - a["without"] + 1.0)),
             )
         )
     return claims
