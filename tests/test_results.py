@@ -311,3 +311,23 @@ def test_fedmate_claims_carry_paired_margins():
     # two seeds, margins 2 and 1: mean 1.5, t_{0.975,1} = 12.706 * 0.7071 / 1.4142 = 6.35 -> inconclusive
     assert claims[0].verdict.outcome == "inconclusive"
     assert claims[0].verdict.interval == pytest.approx((1.5 - 6.353, 1.5 + 6.353), abs=1e-2)
+
+
+def test_fedprp_claims_carry_paired_margins_over_the_last_evaluations():
+    """ci scale averages the last 1 evaluation. Three seeds: FedPRP's A_loc 70 / 72 / 74 against FEDIC's
+    60 / 71 / 65 (margins 10, 1, 9: mean 6.67, s = 4.93, half-width 4.3027 * 4.93 / sqrt 3 = 12.25:
+    inconclusive); beta 0.9 minus beta 0.1 is -2 on every seed: does not hold."""
+    from fedlib.studies import fedprp
+
+    def recs(values, metric="a_loc"):
+        return [{"seed": s, "history": [{"round": 1, metric: v / 100, "a_glo": v / 100, "a_sel": v / 100}],
+                 "final": {}} for s, v in enumerate(values)]
+
+    table = {"fedprp": recs([70, 72, 74]), "fedic": recs([60, 71, 65])}
+    beta = {0.1: recs([50, 51, 52], "a_glo"), 0.9: recs([48, 49, 50], "a_glo")}
+    claims = fedprp.verdicts(table, table, table, None, None, None, beta, "ci")
+    assert claims[0].margins == pytest.approx({0: 10.0, 1: 1.0, 2: 9.0})
+    v = claims[0].verdict
+    assert v.outcome == "inconclusive" and v.interval == pytest.approx((6.667 - 12.25, 6.667 + 12.25), abs=0.01)
+    assert claims[-1].margins == pytest.approx({0: -2.0, 1: -2.0, 2: -2.0})
+    assert claims[-1].verdict.outcome == "does not hold"

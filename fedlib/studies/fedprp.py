@@ -189,7 +189,15 @@ def verdicts(table1: dict, table2: dict, table5: dict, table3: dict | None, abla
     (shards), ``table2``/``table5``: {method: records} (Dirichlet), ``table3``: {partition: {method:
     records}}, ``ablation``: {row: records}, ``new_clients``: {method: (A_loc, A_glo)} after their first
     round, ``beta``: {beta: records}."""
+    from fedlib.studies.report import PerSeed
+
     val = lambda recs, metric: 100 * last(recs, metric, scale)[0]  # noqa: E731
+    n_last = scale_info(scale)["last"]
+    per_seed = lambda runs, metric: PerSeed(runs, metric, last=n_last)  # noqa: E731
+
+    def fedprp_best(a):
+        return a["fedprp"] - max(v for m, v in a.items() if m != "fedprp")
+
     claims = []
     for name, table, metric, paper in (
         ("A_loc under sharding (Table I)", table1, "a_loc", "74.28 vs FEDIC 60.11 (s=4, gamma=0.1)"),
@@ -201,15 +209,19 @@ def verdicts(table1: dict, table2: dict, table5: dict, table3: dict | None, abla
         runner = max((m for m in scores if m != "fedprp"), key=scores.__getitem__)
         claims.append(Claim(f"FedPRP has the best {name}", paper,
                             f"FedPRP {scores['fedprp']:.2f}; best other {LABELS[runner]} {scores[runner]:.2f}",
-                            best == "fedprp"))
+                            best == "fedprp", margins=per_seed(table, metric)(fedprp_best)))
     if "fedprp" in table1 and "personal_own_acc@restricted" in table1["fedprp"][0]["final"]:
+        own = per_seed({"fedprp": table1["fedprp"]}, "personal_own_acc@restricted").by_seed
+        balanced = per_seed({"fedprp": table1["fedprp"]}, "a_loc").by_seed
         code = val(table1["fedprp"], "personal_own_acc@restricted")
         text = val(table1["fedprp"], "a_loc")
         claims.append(Claim("the size of Table I's A_loc comes from the official code's protocol (own-class test "
                             "images, prediction among the client's classes), not the balanced test of the text",
                             "FedPRP 74-84% on CIFAR-10 with 4-5 classes per client",
                             f"FedPRP A_loc {text:.2f} on the balanced test vs {code:.2f} under the code's protocol",
-                            code > text + 10, "holds here means: the code's protocol adds more than 10 points"))
+                            code > text + 10, "holds here means: the code's protocol adds more than 10 points",
+                            margins={seed: own[seed]["fedprp"] - balanced[seed]["fedprp"] - 10
+                                     for seed in own if seed in balanced}))
     if table3:
         for part, by_method in table3.items():
             groups = {m: (val(r, "a_glo"), val(r, "global_few")) for m, r in by_method.items()}
@@ -218,14 +230,17 @@ def verdicts(table1: dict, table2: dict, table5: dict, table3: dict | None, abla
                                 f"{part}: FedPRP {PAPER_T3[part]['fedprp'][0]} vs best other "
                                 f"{max(v[0] for k, v in PAPER_T3[part].items() if k != 'fedprp')}",
                                 f"FedPRP {groups['fedprp'][0]:.2f} (Few {groups['fedprp'][1]:.2f}); best "
-                                f"{LABELS[best_all]} {groups[best_all][0]:.2f}", best_all == "fedprp"))
+                                f"{LABELS[best_all]} {groups[best_all][0]:.2f}", best_all == "fedprp",
+                                margins=per_seed(by_method, "a_glo")(fedprp_best)))
     if ablation:
         v = {row: (val(r, "a_loc"), val(r, "a_glo")) for row, r in ablation.items()}
         full = v["FedPRP"]
         ok = all(full[0] > v[row][0] for row in v if row != "FedPRP")
         claims.append(Claim("both new terms help: FedPRP beats CE only, w/o L_ID and w/o L_IC (Table VIII)",
                             "A_loc 79.73 vs 60.95 / 79.21 / 73.54",
-                            "A_loc " + " / ".join(f"{row} {a:.2f}" for row, (a, _) in v.items()), ok))
+                            "A_loc " + " / ".join(f"{row} {a:.2f}" for row, (a, _) in v.items()), ok,
+                            margins=per_seed(ablation, "a_loc")(
+                                lambda a: min(a["FedPRP"] - x for row, x in a.items() if row != "FedPRP"))))
     if new_clients:
         best_loc = max(new_clients, key=lambda m: new_clients[m][0])
         claims.append(
@@ -239,7 +254,8 @@ def verdicts(table1: dict, table2: dict, table5: dict, table3: dict | None, abla
     if beta and 0.1 in beta and 0.9 in beta:
         b = {k: val(r, "a_glo") for k, r in beta.items()}
         claims.append(Claim("a slow prototype average (beta = 0.9) beats a fast one (beta = 0.1) (Fig. 7)", PAPER_BETA,
-                            " / ".join(f"beta={k}: {x:.2f}" for k, x in sorted(b.items())), b[0.9] > b[0.1]))
+                            " / ".join(f"beta={k}: {x:.2f}" for k, x in sorted(b.items())), b[0.9] > b[0.1],
+                            margins=per_seed(beta, "a_glo")(lambda a: a[0.9] - a[0.1])))
     return claims
 
 
