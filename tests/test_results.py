@@ -331,3 +331,26 @@ def test_fedprp_claims_carry_paired_margins_over_the_last_evaluations():
     assert v.outcome == "inconclusive" and v.interval == pytest.approx((6.667 - 12.25, 6.667 + 12.25), abs=0.01)
     assert claims[-1].margins == pytest.approx({0: -2.0, 1: -2.0, 2: -2.0})
     assert claims[-1].verdict.outcome == "does not hold"
+
+
+def test_pfedcspc_claims_carry_paired_margins():
+    """Two seeds: HM pFedCSPC 70 / 72 vs FedETF 69 / 70 (margins 1, 2); the global model 70 / 72 vs 71 / 72.2
+    (within 0.5: margins -1 + 0.5 = -0.5, -0.2 + 0.5 = 0.3); Table VI gains 1 / 2 points for FedProx."""
+    from fedlib.studies import pfedcspc
+
+    def recs(values, **extra):
+        return [{"seed": s, "history": [{"round": 1, **{k: v / 100 for k, v in extra.items()},
+                                         "hm": h / 100, "acc_global": g / 100, "i_local": h / 100}], "final": {}}
+                for s, (h, g) in enumerate(values)]
+
+    table2 = {"pfedcspc": recs([(70, 70), (72, 72)]), "fedetf": recs([(69, 71), (70, 72.2)])}
+    table4 = {r: (0.5, 0, 1) for r in ("Base", "+CPM+CA", "+TPG+CA", "+CPM+PA+CA", "+TPG+PA+CA", "+PTA+CPM+CA",
+                                       "+PTA+CPM+PA+CA", "+PTA+CPM+PA+CA+KP")}
+    table5 = {r: (0.5, 0, 1) for r in ("+FT_CE", "+PMI+FT_CE", "+PMI+FT_CE+Align", "FedCSPC +FT_CE",
+                                       "FedCSPC +PMI+FT_CE", "FedCSPC +PMI+FT_CE+Align")}
+    table6 = {"fedprox": (recs([(0, 60), (0, 61)]), recs([(0, 61), (0, 63)]))}
+    claims = pfedcspc.verdicts(table2, table2, table4, table5, table6, {"pfedcspc": 3, "fedavg": 5})
+    assert claims[0].margins == pytest.approx({0: 1.0, 1: 2.0})
+    assert claims[1].margins == pytest.approx({0: -0.5, 1: 0.3})
+    assert claims[6].margins == pytest.approx({0: 1.0, 1: 2.0})
+    assert [c.margins is None for c in claims] == [False, False, False, True, True, True, False, True]
