@@ -229,7 +229,8 @@ MU_SWEEP = [0.0, 0.25, 0.5, 0.75, 1.0]
 # Paper-scale cells more than 2 points from the paper, and what we know of why (shown under the table).
 GAP_NOTES = {
     "fedbabu": "FedBABU fine-tunes the whole model for 5 epochs at the training lr (0.02) before evaluation, as its "
-               "own paper and code do (version 2; version 1's 1 epoch left it below its un-fine-tuned global model); "
+               "own paper and code do (version 2; version 1's single epoch gave 81.43 at Setting 1, s=20); the "
+               "fine-tuned models stay a little below the un-fine-tuned global model on the same local tests, and "
                "FedGPA's paper does not state how it fine-tuned FedBABU",
 }
 
