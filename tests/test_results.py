@@ -124,14 +124,17 @@ def test_fedgpa_claims_against_hand_made_results():
                          "beta": beta_lo if s == 20 else [[0.7, 0.3], [0.3, 0.7]]}
                 runs[(m, st, s)] = [fake(acc, w)]
     ablation = {name: [fake(v)] for name, v in zip(fedgpa.ABLATION, (84, 85, 86, 87))}
-    mu = {20: {0.0: (0.80, 0, 1), 0.5: (0.85, 0, 1), 1.0: (0.82, 0, 1)}, 80: {0.0: (0.8, 0, 1), 1.0: (0.9, 0, 1)}}
-    claims = fedgpa.verdicts(runs, [1, 2, 3], [20, 80], methods, ablation=ablation, mu_sweep=mu)
+    mu = {(20, 0.0): 80, (20, 0.5): 85, (20, 1.0): 82, (80, 0.0): 80, (80, 0.5): 86, (80, 1.0): 90}
+    claims = fedgpa.verdicts(runs, [1, 2, 3], [20, 80], methods, ablation=ablation,
+                             mu_runs={k: [fake(v)] for k, v in mu.items()})
     assert all(c.holds for c in claims if not c.claim.startswith("mu")), [c for c in claims if not c.holds]
     assert [c.holds for c in claims if c.claim.startswith("mu")] == [False]   # s=80 peaks at mu = 1
     assert len(claims) == 9
-    # one seed: every margin is positive, but one seed gives no interval; the mu sweep has no per-seed margin
+    # one seed: every margin is positive but the mu sweep's (s=80: mu 0.5 86 minus mu 1 90 = -4, below s=20's
+    # 85 - 82 = 3); one seed gives no interval
     assert [c.verdict.outcome for c in claims] == ["inconclusive"] * 9
     assert all(c.verdict.n == 1 and c.verdict.mean > 0 for c in claims if not c.claim.startswith("mu"))
+    assert [c.margins for c in claims if c.claim.startswith("mu")] == [pytest.approx({0: -4.0})]
     page = verdict_html(claims, "book scale")
     assert page.count("<tr>") == 10 and "inconclusive 9 (of 9" in page
 
@@ -144,19 +147,24 @@ def test_fedpcl_claims_against_hand_made_results():
             rec = fake(a + shift)
             rec["history"][0]["uploaded_per_client"] = 2560 if m in ("fedpcl", "fedproto") else 400_000
             table2[(bb, m)] = [rec]
-    alpha = {"fedpcl": {0.5: (0.6, 0, 1), 1: (0.5, 0, 1)}, "fedrep": {0.5: (0.55, 0, 1), 1: (0.52, 0, 1)},
-             "local": {0.5: (0.5, 0, 1), 1: (0.4, 0, 1)}}
-    clients = {"fedpcl": {5: (0.6, 0, 1), 10: (0.5, 0, 1)}, "fedavg": {5: (0.4, 0, 1), 10: (0.45, 0, 1)}}
-    t5 = {"ce": (0.3, 0, 1), "ce_protodist": (0.4, 0, 1), "supcon": (0.45, 0, 1), "pcl": (0.44, 0, 1)}
-    t6 = {"global only": {"a": (0.5, 0, 1)}, "local only": {"a": (0.51, 0, 1)}, "global and local": {"a": (0.52, 0, 1)}}
-    claims = fedpcl.verdicts(table2, alpha, clients, t5, t6)
+    alpha = {"fedpcl": {0.5: 60, 1: 50}, "fedrep": {0.5: 55, 1: 52}, "local": {0.5: 50, 1: 40}}
+    clients = {"fedpcl": {5: 60, 10: 50}, "fedavg": {5: 40, 10: 45}}
+    sweep = {("alpha", m, x): [fake(v)] for m, xs in alpha.items() for x, v in xs.items()}
+    sweep.update({("clients", m, n): [fake(v)] for m, xs in clients.items() for n, v in xs.items()})
+    t5 = {"ce": 30, "ce_protodist": 40, "supcon": 45, "pcl": 44}
+    t6 = {("global only", "a"): 50, ("local only", "a"): 51, ("global and local", "a"): 52,
+          ("global only", "b"): 50, ("local only", "b"): 50.5, ("global and local", "b"): 54}
+    claims = fedpcl.verdicts(table2, sweep, {k: [fake(v)] for k, v in t5.items()},
+                             {k: [fake(v)] for k, v in t6.items()})
     assert [c.holds for c in claims] == [True, True, True, False, True, False, True]
     assert "best at 1 of 2 values of alpha (0.5)" in claims[3].ours
     # Table 2's claims carry per-seed margins: FedPCL 52 vs FedProto 49 (+3), m vs s +2, 400,000 / 2,560
     assert claims[0].margins == pytest.approx({0: 3.0}) and claims[1].margins == pytest.approx({0: 2.0})
     assert claims[2].margins == pytest.approx({0: math.log10(400_000 / 2560) - 1})
-    assert [c.verdict.outcome for c in claims[:3]] == ["inconclusive"] * 3          # one seed
-    assert all(c.margins is None for c in claims[3:])                                # summaries only
+    # the sweeps too: worst alpha 50 - 52 = -2; smallest gap to FedAvg 50 - 45 = 5; PCL 44 - SupCon 45 = -1;
+    # both kinds minus the better single kind, worst setting: min(52 - 51, 54 - 50.5) = 1
+    assert [c.margins for c in claims[3:]] == [pytest.approx({0: m}) for m in (-2.0, 5.0, -1.0, 1.0)]
+    assert [c.verdict.outcome for c in claims] == ["inconclusive"] * 7                # one seed
 
 
 @pytest.mark.slow
@@ -325,8 +333,9 @@ def test_fedprp_claims_carry_paired_margins_over_the_last_evaluations():
 
     table = {"fedprp": recs([70, 72, 74]), "fedic": recs([60, 71, 65])}
     beta = {0.1: recs([50, 51, 52], "a_glo"), 0.9: recs([48, 49, 50], "a_glo")}
-    claims = fedprp.verdicts(table, table, table, None, None, None, beta, "ci")
+    claims = fedprp.verdicts(table, table, table, None, None, table, beta, "ci")
     assert claims[0].margins == pytest.approx({0: 10.0, 1: 1.0, 2: 9.0})
+    assert claims[-2].claim.startswith("new clients") and claims[-2].margins == claims[0].margins   # Table VII
     v = claims[0].verdict
     assert v.outcome == "inconclusive" and v.interval == pytest.approx((6.667 - 12.25, 6.667 + 12.25), abs=0.01)
     assert claims[-1].margins == pytest.approx({0: -2.0, 1: -2.0, 2: -2.0})
@@ -344,13 +353,71 @@ def test_pfedcspc_claims_carry_paired_margins():
                 for s, (h, g) in enumerate(values)]
 
     table2 = {"pfedcspc": recs([(70, 70), (72, 72)]), "fedetf": recs([(69, 71), (70, 72.2)])}
-    table4 = {r: (0.5, 0, 1) for r in ("Base", "+CPM+CA", "+TPG+CA", "+CPM+PA+CA", "+TPG+PA+CA", "+PTA+CPM+CA",
-                                       "+PTA+CPM+PA+CA", "+PTA+CPM+PA+CA+KP")}
-    table5 = {r: (0.5, 0, 1) for r in ("+FT_CE", "+PMI+FT_CE", "+PMI+FT_CE+Align", "FedCSPC +FT_CE",
-                                       "FedCSPC +PMI+FT_CE", "FedCSPC +PMI+FT_CE+Align")}
+    # Tables IV-V: each run's metrics move with its place in the chain (+1 point a step on seed 0, +2 on seed 1),
+    # except that TPG beats CPM by 1 point on seed 1
+    def run(step, tpg=False):
+        return [{"seed": s, "history": [{"round": 1, **{k: (50 + step * (1 + s) + (1 if tpg and s else 0)) / 100
+                                                        for k in ("acc_global", "global_global_acc@net",
+                                                                  "global_local_i_local", "i_local")}}],
+                 "final": {}} for s in (0, 1)]
+
+    ablation = {"fedavg": run(0), "TPG+CA": run(1, tpg=True), "CPM+CA": run(1), "PTA+CPM+CA": run(2),
+                "TPG+PA+CA": run(2, tpg=True), "CPM+PA+CA": run(3), "full": run(4), "PMI": run(1),
+                "PMI+Align": run(2), "FedCSPC": run(1)}
     table6 = {"fedprox": (recs([(0, 60), (0, 61)]), recs([(0, 61), (0, 63)]))}
-    claims = pfedcspc.verdicts(table2, table2, table4, table5, table6, {"pfedcspc": 3, "fedavg": 5})
+    # Table VII on one seed: FedAvg ends at 60% (the target), reached in round 3; pFedCSPC in round 2
+    def curve(values):
+        return [{"seed": 0, "config": {"rounds": 3, "eval_every": 1}, "final": {},
+                 "history": [{"round": t + 1, "acc_global": v} for t, v in enumerate(values)]}]
+
+    t7 = {"fedavg": curve([0.3, 0.5, 0.6]), "pfedcspc": curve([0.4, 0.61, 0.62])}
+    claims = pfedcspc.verdicts(table2, table2, ablation, table6, {"pfedcspc": 2, "fedavg": 3}, t7)
     assert claims[0].margins == pytest.approx({0: 1.0, 1: 2.0})
     assert claims[1].margins == pytest.approx({0: -0.5, 1: 0.3})
+    # CPM minus TPG, the smaller of the two pairs: seed 0: min(51 - 51, 53 - 52) = 0; seed 1: min(52 - 53, ...) = -1
+    assert claims[3].margins == pytest.approx({0: 0.0, 1: -1.0})
+    # the global chain fedavg < CPM+CA < PTA+CPM+CA < full (net) <= full: steps 1, 1, 2, 0 on seed 0
+    assert claims[4].margins == pytest.approx({0: 0.0, 1: 0.0})
+    # Table V: +FT_CE (fedavg, 50) < PMI (51) < PMI+Align (52); FedCSPC (51) < CPM+PA+CA (53) < full (54): 1, 2
+    assert claims[5].margins == pytest.approx({0: 1.0, 1: 2.0})
     assert claims[6].margins == pytest.approx({0: 1.0, 1: 2.0})
-    assert [c.margins is None for c in claims] == [False, False, False, True, True, True, False, True]
+    assert claims[7].margins == pytest.approx({0: 1.5})     # (3 - 2) / 1 + 0.5
+    assert all(c.margins is not None for c in claims)
+
+
+def test_each_chapter_lists_the_evaluation_protocol_its_paper_reports():
+    """The protocol tables against the papers' own words: FedMate "all clients share an identically structured
+    test set with balanced class distribution" (Table 1); pFedCSPC "the local testing set and its corresponding
+    training set exhibit an identical distribution" and FedAvg-FT is "FedAvg with local fine-tuning"; FedGPA
+    "FedBABU requires further model fine-tuning on the client side" (FedBABU's paper: the whole model, 5 epochs);
+    FedPRP's A_glo is the global model, A_loc the personalized models, on the balanced test."""
+    from fedlib.studies import fedmate, fedpcl, fedprp, pfedcspc
+
+    def by_method(study):
+        rows, note = study.protocol("ci")
+        return {r["method"]: r for r in rows}, note
+
+    rows, note = by_method(fedgpa)
+    assert rows["FedBABU"]["before evaluation"].startswith("5 epochs on the whole model")
+    assert rows["FedAvg-FT"]["before evaluation"].startswith("1 epoch on the whole model")
+    assert rows["FedAvg"]["accuracy: model"] == "the global model (no personal model)"
+    assert rows["FedPer"]["accuracy: model"] == "each client's own model (head never sent)"
+    assert rows["FedGPA"]["before evaluation"] == "none" and "local test images" in note
+    rows, note = by_method(fedmate)
+    assert "Table 1: the balanced test set" in note and "Table 2: each client's local test" in note
+    assert all(not r["Table 1: model"].startswith(("the global model", "none")) for m, r in rows.items()
+               if m not in ("MOON", "FedFA")), rows      # Table 1 compares personalized models
+    rows, note = by_method(pfedcspc)
+    for m in ("FedAvg", "MOON", "CCVR"):
+        assert rows[m]["Global: model"] == "the global model"
+        assert rows[m]["Local: model"] == "the global model, fine-tuned by each client"
+        assert rows[m]["before evaluation"].startswith("1 epoch of cross-entropy")
+    assert rows["pFedCSPC"]["Local: model"] == "each client's own model" and "Local: each client's local" in note
+    rows, note = by_method(fedprp)
+    assert rows["FedPRP"]["A_glo: model"] == "the global model"
+    assert rows["FedAvg"]["A_loc: model"] == "the global model (no personal model)"
+    assert rows["FedProto"]["A_glo: model"] == "the average of the clients' models"
+    assert "A_loc: the balanced test set" in note
+    rows, _ = by_method(fedpcl)
+    assert rows["Per-FedAvg"]["before evaluation"].startswith("1 step")
+    assert rows["FedPCL"]["accuracy: model"] == "each client's own model (no weights sent)"

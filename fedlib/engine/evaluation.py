@@ -36,18 +36,21 @@ class TestSet:
     name: str
     indices: Callable[[object], torch.Tensor | list[torch.Tensor] | None]   # Federation -> indices
     shared: bool = False
+    description: str = ""                 # what a reader is told the test set is (protocol tables)
 
 
 TEST_SETS: dict[str, TestSet] = {}
 
 
-def register_test_set(name: str, indices: Callable, shared: bool = False) -> TestSet:
-    TEST_SETS[name] = TestSet(name, indices, shared)
+def register_test_set(name: str, indices: Callable, shared: bool = False, description: str = "") -> TestSet:
+    TEST_SETS[name] = TestSet(name, indices, shared, description)
     return TEST_SETS[name]
 
 
-register_test_set("global", lambda fed: fed.global_test, shared=True)
-register_test_set("local", lambda fed: fed.data.test_idx)
+register_test_set("global", lambda fed: fed.global_test, shared=True,
+                  description="the balanced test set, the same for every client")
+register_test_set("local", lambda fed: fed.data.test_idx,
+                  description="each client's local test images (drawn with its own label mix or domain)")
 
 
 def family_parts(family: str) -> tuple[str, str]:

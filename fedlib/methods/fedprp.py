@@ -327,7 +327,8 @@ def _own_class_test_set(fed) -> list[torch.Tensor] | None:
     return [torch.as_tensor(p, dtype=torch.int64, device=data.data.test_y.device) for p in own]
 
 
-register_test_set("own", _own_class_test_set)
+register_test_set("own", _own_class_test_set,
+                  description="each client's share of the test images of the classes it holds (official code)")
 register_metric_set("class_groups", ("global_global", "personal_global"), _class_groups,
                     "accuracy on Many / Medium / Few classes (FedPRP)")
 register_metric_set("fedprp", ("global_global", "personal_global", "personal_local"), _fedprp,

@@ -261,6 +261,17 @@ def table1(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     return rows, table
 
 
+def protocol(scale: str) -> tuple[list[dict], str]:
+    """The evaluation protocol per method: Table 1 reads each client's model on the balanced test set
+    (generalization), Table 2 on its local test (adaptation)."""
+    from fedlib.studies.report import protocol_rows
+
+    grid = table2_grid(scale)
+    first = {m: next(cfgs[0] for (ds, m_), cfgs in grid.items() if m_ == m) for m in TABLE2}
+    return protocol_rows({LABELS[m]: cfg for m, cfg in first.items()},
+                         {"Table 1": "personal_global", "Table 2": "personal_local"})
+
+
 def table2_grid(scale: str) -> dict:
     sc = scale_info(scale)
     return {

@@ -101,12 +101,13 @@ def config(method: str, setting: str, backbones, scale: str, seed: int = 0, hype
 
 
 # ---------------------------------------------------------------------- claims of the paper
-def verdicts(table2: dict, alpha_res: dict | None = None, client_res: dict | None = None, t5: dict | None = None,
-             t6: dict | None = None, infonce: list | None = None) -> list:
-    """Each claim of FedPCL's Section 5, checked on this chapter's runs. ``table2``: {(s|m, method):
-    records}; ``alpha_res`` / ``client_res``: {method: {x: (mean, std, n)}}; ``t5``: {loss: (mean, std, n)};
-    ``t6``: {variant: {setting: (mean, std, n)}}; ``infonce``: FedPCL's records with the InfoNCE denominators
-    in Table 2's multi-backbone setting (noted beside the first claim)."""
+def verdicts(table2: dict, label_shift_runs: dict | None = None, t5_runs: dict | None = None,
+             t6_runs: dict | None = None, infonce: list | None = None) -> list:
+    """Each claim of FedPCL's Section 5, checked on this chapter's runs, with a margin per seed (points; > 0 where
+    it holds). ``table2``: {(s|m, method): records}; ``label_shift_runs``: {("alpha", method, alpha) |
+    ("clients", method, clients): records}; ``t5_runs``: {loss: records}; ``t6_runs``: {(variant, setting):
+    records}; ``infonce``: FedPCL's records with the InfoNCE denominators in Table 2's multi-backbone setting
+    (noted beside the first claim)."""
     import numpy as np
 
     from fedlib.studies.common import Claim, mean_std
@@ -148,35 +149,58 @@ def verdicts(table2: dict, alpha_res: dict | None = None, client_res: dict | Non
         sent["fedpcl"] * 10 < sent["fedavg"],
         "margin: log10 of the ratio minus 1 (at least ten times fewer)",
         margins={seed: float(ratios[seed] - own[seed] - 1) for seed in ratios if seed in own}))
-    if alpha_res:
-        wins = [a for a in alpha_res["fedpcl"]
-                if all(alpha_res["fedpcl"][a][0] > alpha_res[m][a][0] for m in alpha_res if m != "fedpcl")]
-        claims.append(Claim(
-            "FedPCL is best at every label-shift level alpha (Fig. 2a, against FedRep and Solo)",
-            "best for alpha in {0.5, 1, 2, 5, 10}",
-            f"best at {len(wins)} of {len(alpha_res['fedpcl'])} values of alpha"
-            + (f" ({', '.join(str(a) for a in wins)})" if wins else ""), len(wins) == len(alpha_res["fedpcl"])))
-    if client_res:
-        gaps = {n: 100 * (client_res["fedpcl"][n][0] - client_res["fedavg"][n][0]) for n in client_res["fedpcl"]}
-        claims.append(Claim(
-            "FedPCL is about 15 points above FedAvg for 5 to 80 clients (Fig. 2b)",
-            "about +15 points at every number of clients",
-            ", ".join(f"m={n}: {g:+.1f}" for n, g in gaps.items()), all(g > 0 for g in gaps.values()),
-            "holds here means: above FedAvg at every number of clients"))
-    if t5:
-        best5 = max(t5, key=lambda k: t5[k][0])
+    if label_shift_runs:
+        sweep = {k: 100 * mean_std(v)[0] for k, v in label_shift_runs.items()}
+        alphas = sorted({x for kind, m, x in sweep if kind == "alpha" and m == "fedpcl"})
+        rivals = sorted({m for kind, m, _ in sweep if kind == "alpha" and m != "fedpcl"})
+        clients = sorted({x for kind, m, x in sweep if kind == "clients" and m == "fedpcl"})
+
+        def best_at_every_alpha(a):   # FedPCL minus the best rival, at its worst alpha
+            return min(a[("alpha", "fedpcl", x)] - max(a[("alpha", m, x)] for m in rivals) for x in alphas)
+
+        def above_fedavg(a):          # FedPCL minus FedAvg, at its worst number of clients
+            return min(a[("clients", "fedpcl", n)] - a[("clients", "fedavg", n)] for n in clients)
+
+        per_sweep = PerSeed(label_shift_runs)
+        if alphas and rivals:
+            wins = [x for x in alphas if sweep[("alpha", "fedpcl", x)] > max(sweep[("alpha", m, x)] for m in rivals)]
+            claims.append(Claim(
+                "FedPCL is best at every label-shift level alpha (Fig. 2a, against FedRep and Solo)",
+                "best for alpha in {0.5, 1, 2, 5, 10}",
+                f"best at {len(wins)} of {len(alphas)} values of alpha" + (f" ({', '.join(map(str, wins))})" if wins
+                                                                            else ""),
+                len(wins) == len(alphas), "margin: FedPCL minus the best rival at the worst alpha",
+                margins=per_sweep(best_at_every_alpha)))
+        if clients:
+            gaps = {n: sweep[("clients", "fedpcl", n)] - sweep[("clients", "fedavg", n)] for n in clients}
+            claims.append(Claim(
+                "FedPCL is about 15 points above FedAvg for 5 to 80 clients (Fig. 2b)",
+                "about +15 points at every number of clients",
+                ", ".join(f"m={n}: {g:+.1f}" for n, g in gaps.items()), all(g > 0 for g in gaps.values()),
+                "holds here means: above FedAvg at every number of clients (margin: the smallest gap)",
+                margins=per_sweep(above_fedavg)))
+    if t5_runs:
+        t5 = {loss: 100 * mean_std(v)[0] for loss, v in t5_runs.items()}
+        best5 = max(t5, key=t5.__getitem__)
         claims.append(Claim(
             "the prototype-wise contrastive loss beats CE, CE + ProtoDist and SupCon (Table 5)",
             "45.22 vs 32.98 / 43.94 / 42.18",
-            " / ".join(f"{k} {100 * v[0]:.2f}" for k, v in t5.items()), best5 == "pcl"))
-    if t6:
-        settings = list(next(iter(t6.values())))
-        ok = [max(t6, key=lambda v: t6[v][s][0]) == "global and local" for s in settings]
+            " / ".join(f"{k} {v:.2f}" for k, v in t5.items()), best5 == "pcl",
+            margins=PerSeed(t5_runs)(lambda a: a["pcl"] - max(v for k, v in a.items() if k != "pcl"))))
+    if t6_runs:
+        t6 = {k: 100 * mean_std(v)[0] for k, v in t6_runs.items()}
+        variants = list(dict.fromkeys(v for v, _ in t6))
+        settings = list(dict.fromkeys(s for _, s in t6))
+        both = "global and local"
+
+        def both_best(a):   # both minus the better single kind, at the worst setting
+            return min(a[(both, s)] - max(a[(v, s)] for v in variants if v != both) for s in settings)
+
         claims.append(Claim(
             "using both global and local prototypes beats either alone in all three settings (Table 6)",
             "best in all three settings, by 0.3-2 points",
-            "; ".join(f"{s}: " + " / ".join(f"{100 * t6[v][s][0]:.2f}" for v in t6) for s in settings)
-            + " (global only / local only / both)", all(ok)))
+            "; ".join(f"{s}: " + " / ".join(f"{t6[(v, s)]:.2f}" for v in variants) for s in settings)
+            + f" ({' / '.join(variants)})", both_best(t6) > 0, margins=PerSeed(t6_runs)(both_best)))
     return claims
 
 
@@ -248,6 +272,14 @@ def backbone_checks(data) -> tuple[list[dict], list[dict]]:
             row[DOMAIN_LABELS[name]] = round(100 * float((pred == data.test_y[m]).float().mean()), 1)
         digits.append(row)
     return imagenet, digits
+
+
+def protocol(scale: str) -> tuple[list[dict], str]:
+    """The evaluation protocol per method (Table 2: each client's model on its own domain's test images)."""
+    from fedlib.studies.report import protocol_rows
+
+    grid = table2_grid(scale)
+    return protocol_rows({LABELS[m]: grid[("m", m)][0] for m in METHODS}, {"accuracy": "personal_local"})
 
 
 def table2_grid(scale: str) -> dict:

@@ -187,8 +187,8 @@ def verdicts(table1: dict, table2: dict, table5: dict, table3: dict | None, abla
              new_clients: dict | None, beta: dict | None, scale: str) -> list[Claim]:
     """Each claim of FedPRP's Section V, checked on this chapter's runs. ``table1``: {method: records}
     (shards), ``table2``/``table5``: {method: records} (Dirichlet), ``table3``: {partition: {method:
-    records}}, ``ablation``: {row: records}, ``new_clients``: {method: (A_loc, A_glo)} after their first
-    round, ``beta``: {beta: records}."""
+    records}}, ``ablation``: {row: records}, ``new_clients``: {method: records} of Table VII (clients that
+    join in the last round), ``beta``: {beta: records}."""
     from fedlib.studies.report import PerSeed
 
     val = lambda recs, metric: 100 * last(recs, metric, scale)[0]  # noqa: E731
@@ -242,15 +242,12 @@ def verdicts(table1: dict, table2: dict, table5: dict, table3: dict | None, abla
                             margins=per_seed(ablation, "a_loc")(
                                 lambda a: min(a["FedPRP"] - x for row, x in a.items() if row != "FedPRP"))))
     if new_clients:
-        best_loc = max(new_clients, key=lambda m: new_clients[m][0])
-        claims.append(
-            Claim(
-                "new clients do best with FedPRP after one round (Table VII)",
-                "A_loc 77.89 vs FedProx 66.36",
-                f"FedPRP {new_clients['fedprp'][0]:.2f}; best {LABELS[best_loc]} {new_clients[best_loc][0]:.2f}",
-                best_loc == "fedprp",
-            )
-        )
+        loc = {m: val(r, "a_loc") for m, r in new_clients.items()}
+        best_loc = max(loc, key=loc.__getitem__)
+        claims.append(Claim("new clients do best with FedPRP after one round (Table VII)",
+                            "A_loc 77.89 vs FedProx 66.36",
+                            f"FedPRP {loc['fedprp']:.2f}; best {LABELS[best_loc]} {loc[best_loc]:.2f}",
+                            best_loc == "fedprp", margins=per_seed(new_clients, "a_loc")(fedprp_best)))
     if beta and 0.1 in beta and 0.9 in beta:
         b = {k: val(r, "a_glo") for k, r in beta.items()}
         claims.append(Claim("a slow prototype average (beta = 0.9) beats a fast one (beta = 0.1) (Fig. 7)", PAPER_BETA,
@@ -366,6 +363,16 @@ def plot_a_glo(runs: dict, scale: str):
                         title=f"{ds.upper()}-LT {kind}, scale {scale}")
     fig.tight_layout()
     return fig
+
+
+def protocol(scale: str) -> tuple[list[dict], str]:
+    """The evaluation protocol per method (Section V-A-3): A_glo reads the global model on the balanced test,
+    A_loc each client's model on the balanced test, A_sel each client's model on its local test."""
+    from fedlib.studies.report import protocol_rows
+
+    sc = scale_info(scale)
+    return protocol_rows({LABELS[m]: config(m, sc["datasets"][0], "shards", sc["gammas"][0], scale) for m in METHODS},
+                         {"A_glo": "global_global", "A_loc": "personal_global", "A_sel": "personal_local"})
 
 
 def late_clients_grid(scale: str) -> dict:

@@ -181,10 +181,29 @@ def target_accuracy(fedavg_records: list[dict]) -> float:
     return math.floor(200 * mean) / 200
 
 
+def fewest_rounds_margins(runs: dict) -> dict[int, float]:
+    """Table VII per seed: the target is that seed's FedAvg final ACC_global (rounded down to 0.5 points); the
+    margin is (rounds of the fastest other method - rounds of pFedCSPC) / evaluation interval + 0.5, so a tie
+    counts as holding; a method that never reaches the target counts as one evaluation past the last round."""
+    by_seed = {m: {int(r["seed"]): r for r in recs} for m, recs in runs.items()}
+    seeds = set.intersection(*(set(v) for v in by_seed.values())) if by_seed else set()
+    out = {}
+    for seed in sorted(seeds):
+        cfg = by_seed["pfedcspc"][seed]["config"]
+        every = int(cfg.get("eval_every") or 1)
+        target = target_accuracy([by_seed["fedavg"][seed]])
+        rounds = {m: rounds_to_reach(v[seed], target) or int(cfg["rounds"]) + every for m, v in by_seed.items()}
+        out[seed] = (min(r for m, r in rounds.items() if m != "pfedcspc") - rounds["pfedcspc"]) / every + 0.5
+    return out
+
+
 # ---------------------------------------------------------------------- claims of the paper
-def verdicts(table2: dict, table3: dict, table4: dict, table5: dict, table6: dict, table7: dict) -> list[Claim]:
-    """``table2``: {method: records}; ``table3``: {method: records}; ``table4`` / ``table5``: {row: (mean, std, n)};
-    ``table6``: {base: (alone records, +pFedCSPC records)}; ``table7``: {method: rounds or None}."""
+def verdicts(table2: dict, table3: dict, ablation: dict, table6: dict, table7: dict,
+             table7_runs: dict | None = None) -> list[Claim]:
+    """``table2``: {method: records}; ``table3``: {method: records}; ``ablation``: {run name: records} (the runs
+    behind Tables IV and V, rows read through ``TABLE4`` and ``TABLE5``); ``table6``: {base: (alone records,
+    +pFedCSPC records)}; ``table7``: {method: rounds or None} on the mean curves; ``table7_runs``: {method:
+    records} behind it (margins per seed)."""
     from fedlib.studies.report import PerSeed
 
     def ours_best(a):   # pFedCSPC minus the best other method
@@ -210,7 +229,12 @@ def verdicts(table2: dict, table3: dict, table4: dict, table5: dict, table6: dic
                         "CIFAR-10 69.81 vs FedFomo 67.78, FedALA 67.14",
                         f"pFedCSPC {i3['pfedcspc']:.2f}; best {LABELS[lbest]} {i3[lbest]:.2f}", lbest == "pfedcspc",
                         margins=PerSeed(table3, "i_local")(ours_best)))
-    t4 = {r: 100 * v[0] for r, v in table4.items()}
+    def rows_of(table: dict) -> PerSeed:   # {row: records}, each row read with its own metric, paired by seed
+        return PerSeed({row: ablation[run] for row, (run, _) in table.items()},
+                       {row: metric for row, (_, metric) in table.items()})
+
+    t4 = {r: 100 * mean_std(ablation[run], metric)[0] for r, (run, metric) in TABLE4.items()}
+    t4_seeds = rows_of(TABLE4)
     claims.append(
         Claim(
             "clustered prototypes beat one prototype per class (Table IV, CPM vs TPG)",
@@ -218,19 +242,27 @@ def verdicts(table2: dict, table3: dict, table4: dict, table5: dict, table6: dic
             f"+CPM+CA {t4['+CPM+CA']:.2f} vs +TPG+CA {t4['+TPG+CA']:.2f}; +CPM+PA+CA {t4['+CPM+PA+CA']:.2f} "
             f"vs +TPG+PA+CA {t4['+TPG+PA+CA']:.2f}",
             t4["+CPM+CA"] > t4["+TPG+CA"] and t4["+CPM+PA+CA"] > t4["+TPG+PA+CA"],
+            margins=t4_seeds(lambda a: min(a["+CPM+CA"] - a["+TPG+CA"], a["+CPM+PA+CA"] - a["+TPG+PA+CA"])),
         )
     )
+    chain4 = ("Base", "+CPM+CA", "+PTA+CPM+CA", "+PTA+CPM+PA+CA", "+PTA+CPM+PA+CA+KP")
+
+    def each_adds(a, chain):   # the smallest step along the chain
+        return min(a[y] - a[x] for x, y in zip(chain, chain[1:]))
+
     claims.append(
         Claim(
             "every global component adds accuracy: Base < +CPM+CA < +PTA < +PA < +KP (Table IV)",
             "66.78 < 68.89 < 69.51 < 70.42 < 70.81",
-            " / ".join(
-                f"{t4[r]:.2f}" for r in ("Base", "+CPM+CA", "+PTA+CPM+CA", "+PTA+CPM+PA+CA", "+PTA+CPM+PA+CA+KP")
-            ),
+            " / ".join(f"{t4[r]:.2f}" for r in chain4),
             t4["Base"] < t4["+CPM+CA"] < t4["+PTA+CPM+CA"] < t4["+PTA+CPM+PA+CA"] <= t4["+PTA+CPM+PA+CA+KP"],
+            "margin: the smallest step of the chain",
+            margins=t4_seeds(lambda a: each_adds(a, chain4)),
         )
     )
-    t5 = {r: 100 * v[0] for r, v in table5.items()}
+    t5 = {r: 100 * mean_std(ablation[run], metric)[0] for r, (run, metric) in TABLE5.items()}
+    fedavg_chain = ("+FT_CE", "+PMI+FT_CE", "+PMI+FT_CE+Align")
+    cspc_chain = ("FedCSPC +FT_CE", "FedCSPC +PMI+FT_CE", "FedCSPC +PMI+FT_CE+Align")
     claims.append(
         Claim(
             "PMI and Align each improve personalization, on FedAvg and on FedCSPC (Table V)",
@@ -239,6 +271,8 @@ def verdicts(table2: dict, table3: dict, table4: dict, table5: dict, table6: dic
             f"{t5['FedCSPC +FT_CE']:.2f} -> {t5['FedCSPC +PMI+FT_CE']:.2f} -> {t5['FedCSPC +PMI+FT_CE+Align']:.2f}",
             t5["+FT_CE"] < t5["+PMI+FT_CE"] < t5["+PMI+FT_CE+Align"]
             and t5["FedCSPC +FT_CE"] < t5["FedCSPC +PMI+FT_CE"] < t5["FedCSPC +PMI+FT_CE+Align"],
+            "margin: the smallest step of either chain",
+            margins=rows_of(TABLE5)(lambda a: min(each_adds(a, fedavg_chain), each_adds(a, cspc_chain))),
         )
     )
     gains = {b: 100 * (mean_std(w, "acc_global")[0] - mean_std(a, "acc_global")[0]) for b, (a, w) in table6.items()}
@@ -257,7 +291,9 @@ def verdicts(table2: dict, table3: dict, table4: dict, table5: dict, table6: dic
                         "CIFAR-10 beta 0.5: 24 rounds vs MOON 32, FedDC / FedASAM 34, FedAvg 82",
                         ", ".join(f"{LABELS[m]} {r if r is not None else 'never'}" for m, r in table7.items()),
                         "pfedcspc" in reached and all(r is None or r >= reached["pfedcspc"] for r in table7.values()),
-                        "ties count as holding"))
+                        "ties count as holding; margin per seed (that seed's FedAvg sets the target): the rounds "
+                        "the fastest other method needs more, in evaluations, + 0.5",
+                        margins=fewest_rounds_margins(table7_runs) if table7_runs else None))
     return claims
 
 
@@ -271,6 +307,18 @@ TABLE6_BASES = ["fedprox", "moon", "fedasam"]
 def with_seed_in(records: list[dict], seeds) -> list[dict]:
     """The records of ``seeds`` only (tables that reuse Table II's runs compare methods on the same seeds)."""
     return [r for r in records if r["seed"] in seeds]
+
+
+def protocol(scale: str) -> tuple[list[dict], str]:
+    """The evaluation protocol per method (Section V-A): Global reads the global model on the balanced test,
+    Local (I_local) each client's model on its local test; the global-model methods are fine-tuned for one
+    epoch before Local, as the paper's Table II does."""
+    from fedlib.studies.report import protocol_rows
+
+    ds = scale_info(scale)["datasets"][0]
+    methods = list(dict.fromkeys(TABLE2 + TABLE3))
+    return protocol_rows({LABELS[m]: config(m, ds, scale) for m in methods},
+                         {"Global": "global_global", "Local": "personal_local"})
 
 
 def table2_grid(scale: str) -> dict:
@@ -407,7 +455,7 @@ def table6(table2_: dict, scale: str, store: str | None = None) -> tuple[list[di
 def table7(table2_: dict, table6_: dict, scale: str) -> tuple:
     """Table VII: the first evaluated round at which the global model (mean over the main seeds) reaches
     FedAvg's final accuracy. Returns (rows, {method: round or None}, curves {method: (rounds, mean acc)},
-    target, every record used)."""
+    target, {method: records used})."""
     sc = scale_info(scale)
     ds, seeds = sc["datasets"][0], sc["main_seeds"]
     used = {m: with_seed_in(table2_[ds].get(m) or table6_[m][0], seeds) for m in TABLE7}
@@ -423,7 +471,7 @@ def table7(table2_: dict, table6_: dict, scale: str) -> tuple:
     rows = [{"method": LABELS[m], f"{ds.upper()} rounds to {100 * target:.1f}%":
              reached[m] if reached[m] is not None else f"> {sc['rounds']}",
              "paper C10 (66%, beta 0.5)": PAPER_T7[m][1]} for m in TABLE7]
-    return rows, reached, curves, target, list(used.values())
+    return rows, reached, curves, target, used
 
 
 def plot_curves(curves: dict, target: float, scale: str):
