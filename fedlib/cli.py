@@ -128,9 +128,12 @@ def cmd_run(args) -> int:
         os.environ["FEDLIB_DOWNLOAD"] = "1"
     partition = {"name": args.partition[0], **_pairs(args.partition[1:], "--partition")}
     settings = _pairs(args.set, "--set")
-    for key, option in (("seed", "--seeds"), ("hyper", "--hp"), ("method", "--method")):
+    for key, option in (("seed", "--seeds"), ("hyper", "--hp"), ("method", "--method"), ("dataset", "--dataset"),
+                        ("partition", "--partition"), ("num_clients", "--clients"), ("device", "--device"),
+                        ("executor", "--executor"), ("workers", "--workers"), ("engine", "--engine")):
         if key in settings:
             raise ConfigError(f"--set {key}", settings[key], f"a config field other than {key}: use {option} for it")
+    check_distinct(args.seeds, "--seeds")
     base = dict(dataset=args.dataset, partition=partition, num_clients=args.num_clients, device=args.device,
                 executor=args.executor, workers=args.workers, engine=args.engine)
     base.update(settings)
@@ -206,13 +209,31 @@ def check_writable_folder(path, option: str) -> None:
 
 
 def check_writable_file(path, option: str) -> None:
+    """Refuse a file that cannot be written (a folder, a name too long, no permission, an immutable file),
+    before any training; a file that did not exist is not left behind."""
     import os
     from pathlib import Path
 
-    folder = Path(path).resolve().parent
-    if Path(path).is_dir():
-        raise ConfigError(option, os.fspath(path), "a file path (this is a folder)")
-    check_writable_folder(folder, option)
+    target = Path(path)
+    try:
+        if target.is_dir():
+            raise ConfigError(option, os.fspath(path), "a file path (this is a folder)")
+        check_writable_folder(target.resolve().parent, option)
+        existed = target.exists()
+        with open(target, "a"):
+            pass
+        if not existed:
+            target.unlink()
+    except OSError as exc:
+        raise ConfigError(option, os.fspath(path), f"a file fedlib can write ({exc.strerror})") from None
+
+
+def check_distinct(seeds, option: str) -> None:
+    """Refuse a seed given twice (it would run, or be counted, twice)."""
+    if seeds is not None:
+        repeated = sorted({s for s in seeds if list(seeds).count(s) > 1})
+        if repeated:
+            raise ConfigError(option, list(seeds), f"distinct seeds ({', '.join(map(str, repeated))} given twice)")
 
 
 def cmd_records(args) -> int:
@@ -229,6 +250,7 @@ def cmd_records(args) -> int:
     if not hasattr(study, "paper_tables"):
         raise ConfigError("chapter", args.chapter, "a chapter whose study defines paper_tables()")
     runtime = set_runtime(args.device, args.executor)
+    check_distinct(args.seeds, "--seeds")
     check(args.workers >= 1, "--workers", args.workers, "a positive number of processes")
     check(args.max_runs is None or args.max_runs >= 1, "--max-runs", args.max_runs, "a positive number of runs")
     check(args.deadline is None or (math.isfinite(args.deadline) and args.deadline > 0), "--deadline", args.deadline,

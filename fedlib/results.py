@@ -86,10 +86,36 @@ def current_key(config: dict) -> tuple[str | None, str]:
         return None, str(exc)
 
 
+def read(path: Path) -> tuple[dict | None, str]:
+    """(the record at ``path``, "") or (None, why it cannot be read): truncated JSON, not a record, wrong types."""
+    from fedlib.experiment.records import record_problem
+
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return None, f"unreadable ({exc})"
+    problem = record_problem(record)
+    return (None, problem) if problem else (record, "")
+
+
+# damaged committed records seen by ``load`` in this process: {path: why}, each named once on stderr
+DAMAGED: dict[Path, str] = {}
+
+
 def load(chapter: str, root: Path = RESULTS) -> list[Stored]:
+    """The chapter's committed records. A damaged file is named on stderr, left out (its cell counts as
+    missing) and kept as it is: ``records`` rewrites it, the book never trains in its place."""
+    import sys
+
     out = []
     for path in sorted((Path(root) / chapter).glob("*.json")):
-        record = json.loads(path.read_text())
+        record, problem = read(path)
+        if record is None:
+            if path not in DAMAGED:
+                print(f"fedlib: result record {path} is damaged: {problem}; left out (counted as missing)",
+                      file=sys.stderr)
+            DAMAGED[path] = problem
+            continue
         key, why = current_key(record["config"])
         stale = key != record["key"]
         out.append(Stored(record, path, stale, why or ("the method or config changed since this record was made"

@@ -63,6 +63,26 @@ BAD = [
     (["--method", "fedavg", "fedgpa", "--hp", "nosuch=1"], "hyper.nosuch=1 is not allowed: a hyperparameter of at "
                                                            "least one of fedavg, fedgpa"),
     (["--engine", "ray"], "engine='ray' is not allowed: one of inprocess, flower"),
+    # issue 27: names, types, ranges and fields that contradict each other, all refused before training
+    (["--partition", "dirichlet", "alpha=0.5", "test_fraction=abc"], "partition.test_fraction='abc' is not allowed"),
+    (["--partition", "dirichlet", "alpha=0.5", "test_fraction=true"], "partition.test_fraction=True is not allowed"),
+    (["--partition", "dirichlet", "alpha=0.5", "test_fraction=0"], "partition.test_fraction=0 is not allowed"),
+    (["--set", 'data_options={"bogus": 1}'], "data_options.bogus=1 is not allowed: no option: digits is read from"),
+    (["--dataset", "digit4", "--partition", "domains", "--set", 'data_options={"bogus": 1}'],
+     "data_options.bogus=1 is not allowed: an option of digit4: n_train, n_test, seed"),
+    (["--dataset", "digit4", "--partition", "domains", "--set", 'data_options={"n_train": "abc"}'],
+     "data_options.n_train='abc' is not allowed: an integer"),
+    (["--seeds", "0", "0"], "--seeds=[0, 0] is not allowed: distinct seeds (0 given twice)"),
+    (["--set", "num_clients=6"], "--set num_clients=6 is not allowed: a config field other than num_clients: use "
+                                 "--clients"),
+    (["--set", "dataset=mnist"], "use --dataset"),
+    (["--set", "global_test_size=100000"], "global_test_size=100000 is not allowed: at most the 540 test samples"),
+    (["--method", "fedmate", "--hp", "d_hidden=100000000000"], "hyper.d_hidden=100000000000 is not allowed: a value "
+                                                                "whose tensors fit in memory: it needs 35,762.8 GiB"),
+    (["--method", "ccvr", "--hp", "virtual=1000000000000"], "hyper.virtual=1000000000000 is not allowed"),
+    (["--method", "creff", "--hp", "num_features=10000000000"], "hyper.num_features=10000000000 is not allowed"),
+    (["--method", "fedsoup", "--hp", "pool=100000000"], "hyper.pool=100000000 is not allowed"),
+    (["--out", "/tmp/" + "x" * 300 + ".json"], "is not allowed: a file fedlib can write (File name too long)"),
 ]
 
 
@@ -229,3 +249,62 @@ def test_checkpoints_of_1000_clients_rewrite_only_the_clients_that_trained(tmp_p
     assert resumed.start_round == 3 and resumed.history == first.history
     for a, b in zip(first.clients, resumed.clients):
         assert all(torch.equal(a.model[k], b.model[k]) for k in a.model)
+
+
+# `records` checks its arguments in the parent process, before any worker starts (issue 27)
+RECORDS_BAD = [
+    (["fedgpa", "--device", "tpu"], "device='tpu' is not allowed"),
+    (["fedgpa", "--seeds", "-1"], "seed=-1 is not allowed"),
+    (["fedgpa", "--executor", "bad"], "executor='bad' is not allowed: one of sequential, process, batched"),
+    (["fedgpa", "--workers", "0"], "--workers=0 is not allowed: a positive number of processes"),
+    (["fedgpa", "--workers", "-1"], "--workers=-1 is not allowed"),
+    (["fedgpa", "--deadline", "-5"], "--deadline=-5.0 is not allowed: a positive number of seconds"),
+    (["fedgpa", "--deadline", "nan"], "--deadline=nan is not allowed"),
+    (["fedgpa", "--seeds", "0", "0"], "--seeds=[0, 0] is not allowed: distinct seeds"),
+    (["fedgpa", "--tables", "bogus"], "tables='bogus' is not allowed: tables of this chapter"),
+    (["fedgpa", "--max-runs", "0"], "--max-runs=0 is not allowed"),
+    (["nochapter"], "chapter='nochapter' is not allowed"),
+]
+
+
+@pytest.mark.parametrize("args, names", RECORDS_BAD, ids=[" ".join(a) for a, _ in RECORDS_BAD])
+def test_records_refuses_bad_arguments_in_one_line(args, names, capsys, no_training):
+    assert main(["records", *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and names in err[0], err
+
+
+def test_records_of_a_grid_seed_only_queue_that_seed():
+    from fedlib.studies import fedgpa
+    from fedlib.studies.common import paper_grid
+
+    assert {c.seed for c in paper_grid(fedgpa.paper_tables(), [7])} == {7}
+
+
+@pytest.mark.parametrize("damage", ["truncate", "history is text", "not an object"])
+def test_a_damaged_result_record_is_named_and_counted_as_missing(tmp_path, damage, capsys):
+    """One damaged file under results/ is named on stderr and left out; the others load; ``lookup`` says
+    missing for its config, so the book shows the cell as missing instead of training it."""
+    from fedlib import results
+
+    cfgs = [make_config(method="fedavg", **DIGITS, seed=s) for s in (0, 1)]
+    for cfg in cfgs:
+        results.write(run(cfg, cache_dir=None, progress=False), "demo", tmp_path)
+    path = results.path_of("demo", cfgs[0].key(), tmp_path)
+    text = path.read_text()
+    path.write_text({"truncate": text[:1000], "history is text": json.dumps({**json.loads(text), "history": "x"}),
+                     "not an object": "[1, 2]"}[damage])
+    stored = results.load("demo", tmp_path)
+    assert [s.record["key"] for s in stored] == [cfgs[1].key()]
+    assert f"result record {path} is damaged" in capsys.readouterr().err
+    assert results.lookup("demo", cfgs, tmp_path)[0] is None
+    assert path.read_text() != text   # left as it is for inspection; `records` rewrites it
+
+
+def test_a_cached_record_with_wrong_types_is_not_taken_as_finished(tmp_path, capsys):
+    cfg = make_config(method="fedavg", **DIGITS)
+    record = run(cfg, cache_dir=tmp_path, progress=False)
+    (tmp_path / f"{cfg.key()}.json").write_text(json.dumps({**record, "history": "x"}))
+    again = run(cfg, cache_dir=tmp_path, progress=False)
+    assert isinstance(again["history"], list) and len(again["history"]) == 2
+    assert "not a finished run's record: its 'history' is str, not a list" in capsys.readouterr().err

@@ -290,10 +290,31 @@ def dataset_names() -> tuple[str, ...]:
     return tuple(SOURCES) + tuple(COMPOSITES)
 
 
+def check_data_options(name: str, options) -> None:
+    """Refuse ``data_options`` a dataset does not take: composite datasets take their builder's keyword
+    arguments (with their types), datasets read from files take none."""
+    import inspect
+
+    from fedlib.errors import check, check_arguments
+
+    check(isinstance(options, dict), "data_options", options, "a mapping {option: value}")
+    if name in COMPOSITES:
+        params = inspect.signature(COMPOSITES[name]).parameters
+        allowed = [p for p in params if params[p].kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+        for key in options:
+            check(key in allowed, f"data_options.{key}", options[key],
+                  f"an option of {name}: {', '.join(allowed) or 'none'}")
+        check_arguments(COMPOSITES[name], options, "data_options.")
+    else:
+        for key in options:
+            check(False, f"data_options.{key}", options[key], f"no option: {name} is read from its files as it is")
+
+
 def load_dataset(name: str, root: str | os.PathLike | None = None, download: bool | None = None,
                  **options) -> Dataset:
     """Load a registered dataset into memory (cached per process)."""
     if name in COMPOSITES:
+        check_data_options(name, options)
         return COMPOSITES[name](**options)
     if name not in SOURCES:
         raise ConfigError("dataset", name, f"one of {', '.join(dataset_names())}")

@@ -264,7 +264,9 @@ def _variants(ev: Evaluation, variants) -> dict:
 
 
 def global_test_indices(n: int, size: int | None, seed: int, device) -> torch.Tensor:
-    """The global test set: all ``n`` test samples, or a seeded subset of ``size``."""
+    """The global test set: all ``n`` test samples, or a seeded subset of ``size`` (at most ``n``)."""
+    if size is not None and size > n:
+        raise ConfigError("global_test_size", size, f"at most the {n} test samples of the dataset, or None for all")
     test = torch.arange(n, device=device)
     if size and size < n:
         g = torch.Generator().manual_seed(derived_seed(seed, 104729))

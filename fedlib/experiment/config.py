@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from fedlib.engine.protocol import EvaluationPlan, LocalTraining, Participation, UniformParticipation
-from fedlib.errors import check, check_fields
+from fedlib.errors import check, check_fields, check_type
 
 DEFAULT_CACHE = Path(os.environ.get("FEDLIB_CACHE", Path(__file__).resolve().parents[2] / ".fedlib-cache"))
 
@@ -176,6 +176,7 @@ def validate(cfg: Config) -> None:
     from fedlib.backbones import BACKBONES
     from fedlib.data import dataset_names
     from fedlib.data.partition import PARTITIONERS
+    from fedlib.data.sources import check_data_options
     from fedlib.methods import METHODS, make_method
     from fedlib.models import MODELS
 
@@ -189,11 +190,17 @@ def validate(cfg: Config) -> None:
 
     check(cfg.method in METHODS, "method", cfg.method, f"one of {', '.join(METHODS)}")
     check(cfg.dataset in dataset_names(), "dataset", cfg.dataset, f"one of {', '.join(dataset_names())}")
+    check_data_options(cfg.dataset, cfg.data_options)
     for name in cfg.backbones or []:
         check(name in BACKBONES, "backbones", name, f"names from {', '.join(BACKBONES)}")
     check(isinstance(cfg.partition, dict) and cfg.partition.get("name") in PARTITIONERS, "partition.name",
           cfg.partition.get("name") if isinstance(cfg.partition, dict) else cfg.partition,
           f"one of {', '.join(PARTITIONERS)}")
+    test_fraction = cfg.partition.get("test_fraction")
+    if test_fraction is not None:
+        check_type("partition.test_fraction", test_fraction, float)
+        check(0 < test_fraction <= 10, "partition.test_fraction", test_fraction,
+              "a positive ratio of local test to train size, at most 10")
     check(cfg.model is None or cfg.model in MODELS, "model", cfg.model, f"one of {', '.join(MODELS)}")
     for name, value in (("num_clients", cfg.num_clients), ("rounds", cfg.rounds), ("local_epochs", cfg.local_epochs),
                         ("batch_size", cfg.batch_size), ("eval_every", ev.every)):

@@ -58,6 +58,34 @@ def atomic_json(path: Path, obj) -> None:
     atomic_write(path, write)
 
 
+def record_problem(record) -> str | None:
+    """Why ``record`` is not a finished run's record (the types of every field a reader uses), or None."""
+    import numbers
+
+    def number(v):
+        return isinstance(v, numbers.Real) and not isinstance(v, bool)
+
+    if not isinstance(record, dict):
+        return f"a record is a JSON object, not {type(record).__name__}"
+    for name, kind, what in (("config", dict, "an object"), ("key", str, "a string"), ("history", list, "a list"),
+                             ("final", dict, "an object")):
+        if not isinstance(record.get(name), kind):
+            return f"its {name!r} is {type(record.get(name)).__name__ if name in record else 'missing'}, not {what}"
+    if not isinstance(record.get("seed"), int) or isinstance(record.get("seed"), bool):
+        return f"its 'seed' is {record.get('seed')!r}, not an integer"
+    if not record["history"]:
+        return "its 'history' is empty (not a finished run)"
+    for i, row in enumerate(record["history"]):
+        if not isinstance(row, dict) or not isinstance(row.get("round"), int):
+            return f"row {i} of its 'history' has no integer 'round'"
+        text = [k for k, v in row.items() if k.endswith(("_acc", "_loss")) and not (number(v) or v is None)]
+        if text:
+            return f"row {i} of its 'history' has {text[0]!r} = {row[text[0]]!r}, not a number"
+    if "wall_time_s" in record and not number(record["wall_time_s"]):
+        return f"its 'wall_time_s' is {record['wall_time_s']!r}, not a number"
+    return None
+
+
 def read_cached_record(path: Path) -> dict | None:
     """A cached record, or None when there is none; an unreadable one (empty, truncated, not a record) is
     named, moved aside and None is returned, so the run recomputes it."""
@@ -67,8 +95,8 @@ def read_cached_record(path: Path) -> dict | None:
         return None
     try:
         record = json.loads(path.read_text())
-        if not isinstance(record, dict) or "history" not in record or not record["history"]:
-            raise ValueError("it is not a finished run's record")
+        if (problem := record_problem(record)) is not None:
+            raise ValueError(f"it is not a finished run's record: {problem}")
         return record
     except (ValueError, UnicodeDecodeError) as exc:
         moved = set_aside(path)

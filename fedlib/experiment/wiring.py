@@ -6,6 +6,7 @@ import random
 import numpy as np
 import torch
 
+from fedlib.errors import ConfigError
 from fedlib.experiment.config import DEFAULT_CACHE, Config
 
 
@@ -27,6 +28,34 @@ def load_data(cfg: Config):
     return data
 
 
+def free_memory(device: str) -> int:
+    """Bytes the device can still hand out: CUDA's free memory, or the kernel's MemAvailable on the CPU."""
+    if device.startswith("cuda"):
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        with open("/proc/meminfo") as f:
+            info = {line.split(":")[0]: line.split()[1] for line in f}
+        return int(info["MemAvailable"]) * 1024
+    except (OSError, KeyError, ValueError, IndexError):
+        import os
+
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def check_allocation(method, num_classes: int, feature_dim: int, model_bytes: int, cfg: Config) -> None:
+    """Refuse a hyperparameter whose tensors cannot fit in the device's free memory, with the figures,
+    before anything is allocated (instead of an allocator crash deep inside PyTorch)."""
+    sizes = method.allocation(num_classes, feature_dim, cfg.num_clients, model_bytes)
+    if not sizes:
+        return
+    free = free_memory(cfg.device)
+    for name, need in sizes.items():
+        if need > free:
+            raise ConfigError(f"hyper.{name}", getattr(method.hp, name),
+                              f"a value whose tensors fit in memory: it needs {need / 2**30:,.1f} GiB, "
+                              f"{cfg.device} has {free / 2**30:,.1f} GiB free")
+
+
 def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = "", executor=None, data=None,
           method=None):
     """Data, model, method and the Federation for a validated config. ``executor``: a factory
@@ -43,6 +72,8 @@ def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = "", 
     seed_everything(cfg.seed)
     model = build_model(cfg.model, data.input_shape, data.num_classes, cfg.dataset).to(cfg.device)
     method = make_method(cfg.method, **cfg.hyper) if method is None else method
+    check_allocation(method, data.num_classes, model.feature_dim,
+                     sum(p.numel() * p.element_size() for p in model.parameters()), cfg)
     return Federation(fed, model, method, seed=cfg.seed, rounds=cfg.rounds, training=cfg.local_training(),
                       participation=cfg.participation.schedule(), evaluation=cfg.evaluation.plan(),
                       executor=executor or cfg.executor, executor_options={"workers": cfg.workers},

@@ -130,6 +130,12 @@ class Method:
     def upload(self, ctx: ClientContext, models: dict, result: LocalResult) -> dict:
         return {"params": select(models["local"], self.shared), "n": ctx.size}
 
+    def allocation(self, num_classes: int, feature_dim: int, num_clients: int,
+                   model_bytes: int) -> dict[str, int]:
+        """Bytes of the tensors that a size-setting hyperparameter makes ({hyperparameter: bytes}), checked
+        against the device's free memory before training; default: none."""
+        return {}
+
     # ------------------------------------------------------------------ evaluation (client side)
     def finetune_phase(self) -> Phase | None:
         """Local adaptation before each evaluation (FedAvg-FT, FedBABU, Per-FedAvg); None: none."""

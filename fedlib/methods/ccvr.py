@@ -78,6 +78,10 @@ class CCVR(Method):
     paper = "Luo, Chen, Hu, Zhang, Liang & Feng, NeurIPS 2021"
     Hyper = CcvrHyper
 
+    def allocation(self, num_classes, feature_dim, num_clients, model_bytes):
+        """The virtual features of every class at once: float64 draws, their float32 copy and the labels."""
+        return {"virtual": num_classes * self.hp.virtual * (feature_dim * (8 + 4) + 8)}
+
     def init_server(self, server, init):
         super().init_server(server, init)
         server.state["calibrated_head"] = None

@@ -70,6 +70,10 @@ class CReFF(Method):
     paper = "Shang, Lu, Huang & Wang, IJCAI 2022"
     Hyper = CreffHyper
 
+    def allocation(self, num_classes, feature_dim, num_clients, model_bytes):
+        """The K x num_features federated features, float32, with their gradient."""
+        return {"num_features": num_classes * self.hp.num_features * feature_dim * 4 * 2}
+
     def init_server(self, server, init):
         super().init_server(server, init)
         gen = torch.Generator().manual_seed(derived_seed(server.seed, 0, 31))

@@ -56,6 +56,10 @@ class FedFomo(Method):
     has_global_model = False
     validation_fraction = 0.2
 
+    def allocation(self, num_classes, feature_dim, num_clients, model_bytes):
+        """Every client receives ``models`` of the others' models each round (at most all of them)."""
+        return {"models": num_clients * min(self.hp.models, num_clients) * model_bytes}
+
     def init_server(self, server, init):
         super().init_server(server, init)
         server.state["models"] = {}

@@ -164,6 +164,11 @@ class FedMate(PrototypeSharing):
         msg["params"] = select(server.state["global"], BODY) if server.state["body_fresh"] else {}
         return msg
 
+    def allocation(self, num_classes, feature_dim, num_clients, model_bytes):
+        """Two discriminators per client (Linear(K, d_hidden)-ReLU-Linear(d_hidden, 1)), float32, kept in
+        every client's state."""
+        return {"d_hidden": 2 * num_clients * (self.hp.d_hidden * (num_classes + 2) + 1) * 4}
+
     def uploads_body(self, round_: int, body_params: int, num_classes: int, dim: int) -> bool:
         if not self.hp.cft:
             return True

@@ -52,6 +52,10 @@ class FedSoup(Method):
     personalized = True
     validation_fraction = 0.2
 
+    def allocation(self, num_classes, feature_dim, num_clients, model_bytes):
+        """Every client keeps ``pool`` models."""
+        return {"pool": num_clients * self.hp.pool * model_bytes}
+
     def receive(self, ctx):
         models = super().receive(ctx)
         ctx.state["pool"] = (ctx.state.get("pool", []) + [models["local"]])[-self.hp.pool:]
