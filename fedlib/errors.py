@@ -25,6 +25,9 @@ def check(condition: object, field: str, value, allowed: str) -> None:
         raise ConfigError(field, value, allowed)
 
 
+FLOAT32_MAX = 3.4028234663852886e38
+
+
 def _rule(annotation):
     """(test, description) of a type annotation, or None for annotations not checked here."""
     import math
@@ -45,9 +48,9 @@ def _rule(annotation):
         return (lambda v: isinstance(v, bool), "true or false")
     if base is int:
         return (lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool), "an integer")
-    if base is float:
-        return (lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v),
-                "a finite number")
+    if base is float:   # the math runs in float32: a value beyond its range overflows deep inside PyTorch
+        return (lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+                and abs(v) <= FLOAT32_MAX, "a finite number (within float32's range, |x| <= 3.4e38)")
     if base is str:
         return (lambda v: isinstance(v, str), "a string")
     if base is dict:

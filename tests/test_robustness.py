@@ -308,3 +308,37 @@ def test_a_cached_record_with_wrong_types_is_not_taken_as_finished(tmp_path, cap
     again = run(cfg, cache_dir=tmp_path, progress=False)
     assert isinstance(again["history"], list) and len(again["history"]) == 2
     assert "not a finished run's record: its 'history' is str, not a list" in capsys.readouterr().err
+
+
+def test_every_method_aggregates_float64_uploads():
+    """Each method's server rule on one round's real uploads cast to float64 (issue 27: FedGPA, FedMate, FedFA
+    and FEDIC mixed the dtypes), and the result is finite."""
+    from fedlib.methods import METHODS
+
+    def as_float64(x):
+        if isinstance(x, torch.Tensor) and x.is_floating_point():
+            return x.double()
+        if isinstance(x, dict):
+            return {k: as_float64(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [as_float64(v) for v in x]
+        return x
+
+    for name in METHODS:
+        part = {"name": "dirichlet", "alpha": 0.5, **({"server": 5} if name == "fedic" else {})}
+        fed = build(make_config(method=name, **{**DIGITS, "partition": part, "num_clients": 3, "rounds": 1}))
+        seen = {}
+        rule = fed.method.aggregate
+        fed.method.aggregate = lambda server, uploads: seen.update(uploads=uploads)
+        fed.run_round(0)
+        rule(fed.server, {k: as_float64(u) for k, u in seen["uploads"].items()})
+        fed.check_server_finite()
+
+
+def test_server_side_divergence_stops_the_run_with_one_line(tmp_path, capsys):
+    """CCVR's classifier retraining at lr 3e38 overflows on the server: the run stops like a client's NaN."""
+    args = [*BASE, "--cache", str(tmp_path), "--method", "ccvr", "--hp", "lr=3e38"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the server's calibrated_head.head.weight became non-finite in round 1 (ccvr's " \
+                               "aggregation): lower the hyperparameters of its server rule" in err[0], err

@@ -7,6 +7,7 @@ the evaluation plan says -> checkpoint. What a paper's protocol sets comes in as
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 import uuid
@@ -24,6 +25,7 @@ from fedlib.engine.evaluation import Evaluator, global_test_indices, resolve_met
 from fedlib.engine.executors import make_executor
 from fedlib.engine.protocol import EvaluationPlan, LocalTraining, Participation, UniformParticipation
 from fedlib.engine.training import OptimizerSpec, Trainer
+from fedlib.errors import TrainingDiverged
 from fedlib.models import SplitModel
 
 
@@ -133,9 +135,36 @@ class Federation:
             slot.model, slot.state = r.model, r.state
         uploads = {r.client_id: r.upload for r in results}
         self.method.aggregate(self.server, uploads)
+        self.check_server_finite()
         losses = [loss for r in results for loss in r.result.phase_losses]
         return {"train_loss": float(np.mean(losses)) if losses else float("nan"),
                 "uploaded_per_client": count_scalars(list(uploads.values())) / max(len(uploads), 1)}
+
+    def check_server_finite(self) -> None:
+        """Server-side divergence (a server rule's own optimizer or step size) stops the run like a client's:
+        every floating tensor of the server's state must be finite after aggregation (one device sync)."""
+        found: list[tuple[str, torch.Tensor]] = []
+
+        def walk(obj, name):
+            if isinstance(obj, torch.Tensor) and obj.is_floating_point():
+                found.append((name, obj))
+            elif isinstance(obj, dict):
+                for k, v in obj.items():
+                    walk(v, f"{name}.{k}" if name else str(k))
+            elif isinstance(obj, (list, tuple)):
+                for i, v in enumerate(obj):
+                    walk(v, f"{name}[{i}]")
+
+        walk(self.server.state, "")
+        if not found:
+            return
+        finite = torch.stack([torch.isfinite(t).all().to(found[0][1].device) for _, t in found]).cpu()
+        if not bool(finite.all()):
+            name = found[int((~finite).nonzero()[0])][0]
+            hyper = {f.name: getattr(self.method.hp, f.name) for f in dataclasses.fields(self.method.hp)}
+            raise TrainingDiverged(
+                f"the server's {name} became non-finite in round {self.server.round + 1} ({self.method.name}'s "
+                f"aggregation): lower the hyperparameters of its server rule (hyper {hyper}) or the learning rate")
 
     def run_round(self, t: int) -> dict:
         return self.close_round(self.executor.run(self.method, self.open_round(t)))

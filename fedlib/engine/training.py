@@ -47,8 +47,8 @@ def phase_steps(n: int, batch_size: int, epochs: int, max_steps: int | None) -> 
 
 
 def diverged(value: float, ctx: ClientContext, lr: float) -> TrainingDiverged:
-    return TrainingDiverged(f"loss became {value} in round {ctx.round + 1}, client {ctx.client_id} (lr={lr}); "
-                            "lower the learning rate")
+    return TrainingDiverged(f"loss became {value} in round {ctx.round + 1}, client {ctx.client_id}: lower the "
+                            f"learning rate (lr={lr}) or a hyperparameter that weights the method's loss")
 
 
 @functools.lru_cache(maxsize=1)

@@ -106,9 +106,10 @@ class FedFA(Method):
     def aggregate(self, server, uploads):
         super().aggregate(server, uploads)
         ups = list(uploads.values())
-        counts = torch.stack([u["counts"] for u in ups]).to(torch.float32)
+        anchors = torch.stack([u["anchors"] for u in ups])
+        counts = torch.stack([u["counts"] for u in ups]).to(anchors.dtype)      # float32 or float64 uploads
         total = counts.sum(0)
-        mean = torch.einsum("mk,mkd->kd", counts, torch.stack([u["anchors"] for u in ups])) / total.clamp_min(
+        mean = torch.einsum("mk,mkd->kd", counts, anchors) / total.clamp_min(
             1
         ).unsqueeze(1)
         server.state["anchors"] = torch.where((total > 0).unsqueeze(1), mean, server.state["anchors"])

@@ -49,7 +49,7 @@ class GpaHyper(Hyper):
 
 def prototype_distances(protos: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     """Eq. 8: P_ij = sum_k p_ik ||C_i^(k) - C_j^(k)||_2 (protos padded with global ones)."""
-    p = counts / counts.sum(1, keepdim=True)
+    p = (counts / counts.sum(1, keepdim=True)).to(protos.dtype)
     per_class = torch.cdist(protos.transpose(0, 1), protos.transpose(0, 1),
                             compute_mode="donot_use_mm_for_euclid_dist")   # (K, m, m) ||C_i^(k) - C_j^(k)||
     return torch.einsum("ik,kij->ij", p, per_class)

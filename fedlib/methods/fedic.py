@@ -48,6 +48,7 @@ class FedicHyper(Hyper):
 
 def gated_ensemble(gate: dict, feats: torch.Tensor, logits: torch.Tensor, calibrated: torch.Tensor) -> torch.Tensor:
     """feats (m, B, d), logits (m, B, K) of the m participants, calibrated (B, K) of the calibrated G."""
+    gate = {k: v.to(logits.dtype) for k, v in gate.items()}                     # float32 or float64 uploads
     w = torch.sigmoid(logits @ gate["scale"] + gate["bias"]).squeeze(-1)        # (m, B) client-wise weights
     w = w / w.sum(0, keepdim=True)
     ensemble = (w.unsqueeze(-1) * logits).sum(0)
@@ -83,9 +84,11 @@ class FEDIC(Method):
         G = network_params(server.state["global"])
         locals_ = [network_params(u["params"]) for u in uploads.values()]
 
+        dtype = next(v.dtype for v in G.values() if v.is_floating_point())   # float32 or float64 uploads
+
         def batch(size):
             idx = torch.randperm(len(data.y), generator=gen)[:size].to(data.y.device)
-            return data.x[idx], data.y[idx]
+            return data.x[idx].to(dtype), data.y[idx]
 
         def train(params: dict, loss_fn, steps: int, weight_decay: float) -> dict:
             leaves = {k: v.detach().clone().requires_grad_(v.is_floating_point()) for k, v in params.items()}

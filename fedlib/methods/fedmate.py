@@ -113,7 +113,7 @@ def generator_loss(d: dict, fake: torch.Tensor) -> torch.Tensor:
 
 
 def head_logits(head: dict, z: torch.Tensor) -> torch.Tensor:
-    return F.linear(z, head["head.weight"], head["head.bias"])
+    return F.linear(z, head["head.weight"].to(z.dtype), head["head.bias"].to(z.dtype))
 
 
 def js(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
@@ -176,8 +176,8 @@ class FedMate(PrototypeSharing):
 
     def aggregate(self, server, uploads):
         ups = list(uploads.values())
-        counts = torch.stack([u["counts"] for u in ups]).to(torch.float32)          # (m, K)
         protos = torch.stack([u["protos"] for u in ups])                            # (m, K, d)
+        counts = torch.stack([u["counts"] for u in ups]).to(protos.dtype)           # (m, K)
         prev_head = select(server.state["global"], ("head",))
         old, old_present = server.state["protos"], server.state["present"]
         # 1. global prototypes: MPS (Eq. 5-6) or count-weighted; classes nobody holds keep theirs
@@ -202,7 +202,8 @@ class FedMate(PrototypeSharing):
         heads = [u["head"] for u in ups]
         if self.hp.cci:
             share = counts / counts.sum(0, keepdim=True).clamp_min(1)                # alpha_ik over holders
-            W = torch.einsum("mk,mkd->kd", share, torch.stack([h["head.weight"] for h in heads]))
+            W = torch.einsum("mk,mkd->kd", share.to(heads[0]["head.weight"].dtype),
+                             torch.stack([h["head.weight"] for h in heads]))
             b = (share * torch.stack([h["head.bias"] for h in heads])).sum(0)
             held = counts.sum(0) > 0
             head = {"head.weight": torch.where(held.unsqueeze(1), W, prev_head["head.weight"]),
