@@ -329,7 +329,7 @@ def test_every_method_aggregates_float64_uploads():
         fed = build(make_config(method=name, **{**DIGITS, "partition": part, "num_clients": 3, "rounds": 1}))
         seen = {}
         rule = fed.method.aggregate
-        fed.method.aggregate = lambda server, uploads: seen.update(uploads=uploads)
+        fed.method.aggregate = lambda server, uploads, seen=seen: seen.update(uploads=uploads)
         fed.run_round(0)
         rule(fed.server, {k: as_float64(u) for k, u in seen["uploads"].items()})
         fed.check_server_finite()
