@@ -36,6 +36,49 @@ def _stamp(source: Path, params: dict) -> str:
     return h.hexdigest()[:16]
 
 
+def read_manifest(manifest_path: str) -> dict:
+    """The manifest, checked: a YAML mapping with ``build`` (configuration names) and ``chapters`` (each a
+    ``notebook`` path and ``configurations``: name -> {output, parameters}); anything else is one ConfigError
+    naming the file and what is wrong."""
+    path = ROOT / manifest_path
+    shape = ("a YAML file: build: [names]; chapters: [{notebook: path, configurations: {name: {output: path, "
+             "parameters: {...}}}}]")
+    if not path.is_file():
+        raise ConfigError("manifest", manifest_path, f"{shape} ({'a folder' if path.is_dir() else 'no such file'})")
+    try:
+        manifest = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError("manifest", manifest_path, f"a readable file ({exc})") from None
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" (line {where.line + 1}: {getattr(exc, 'problem', '')})" if where else ""
+        raise ConfigError("manifest", manifest_path, f"valid YAML{line}") from None
+
+    def need(ok, field, value, allowed):
+        if not ok:
+            raise ConfigError(f"{manifest_path}: {field}", value, allowed)
+
+    need(isinstance(manifest, dict), "the whole file", type(manifest).__name__, shape)
+    need(isinstance(manifest.get("build"), list) and all(isinstance(n, str) for n in manifest["build"]), "build",
+         manifest.get("build"), "a list of configuration names")
+    need(isinstance(manifest.get("chapters"), list) and manifest["chapters"], "chapters", manifest.get("chapters"),
+         "a non-empty list of {notebook, configurations}")
+    for i, chapter in enumerate(manifest["chapters"]):
+        need(isinstance(chapter, dict) and isinstance(chapter.get("notebook"), str), f"chapters[{i}].notebook",
+             chapter.get("notebook") if isinstance(chapter, dict) else chapter, "a notebook path")
+        confs = chapter.get("configurations")
+        need(isinstance(confs, dict) and confs, f"chapters[{i}].configurations", confs,
+             "a mapping {name: {output, parameters}}")
+        for name, conf in confs.items():
+            field = f"{chapter['notebook']} [{name}]"
+            need(isinstance(conf, dict), field, conf, "a mapping {output: path, parameters: {...}}")
+            need(isinstance(conf.get("output"), str) and conf["output"].endswith(".ipynb"), f"{field} output",
+                 conf.get("output"), "a notebook path ending in .ipynb")
+            need(isinstance(conf.get("parameters", {}), dict), f"{field} parameters", conf.get("parameters"),
+                 "a mapping {parameter: value}")
+    return manifest
+
+
 def jobs(manifest: dict, only: str | None):
     for chapter in manifest["chapters"]:
         for name, conf in chapter["configurations"].items():
@@ -46,6 +89,9 @@ def jobs(manifest: dict, only: str | None):
 def check_parameters(notebook: str, name: str, conf: dict) -> None:
     """Refuse a configuration that sets a parameter its notebook does not declare (papermill would inject
     it silently and the notebook would run with its default)."""
+    import ast
+    import numbers
+
     import papermill
 
     declared = papermill.inspect_notebook(str(ROOT / notebook))
@@ -53,6 +99,14 @@ def check_parameters(notebook: str, name: str, conf: dict) -> None:
         if key not in declared:
             raise ConfigError(f"{notebook} [{name}] parameter {key}", value,
                               f"a parameter of {Path(notebook).name}: {', '.join(declared) or 'none'}")
+        try:
+            default = ast.literal_eval(declared[key]["default"])
+        except (ValueError, SyntaxError):
+            continue
+        numeric = all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in (value, default))
+        if default is not None and value is not None and type(value) is not type(default) and not numeric:
+            raise ConfigError(f"{notebook} [{name}] parameter {key}", value,
+                              f"a {type(default).__name__} like its default {declared[key]['default']}")
 
 
 def execute(notebook: str, name: str, conf: dict) -> tuple[bool, float]:
@@ -79,7 +133,7 @@ def execute(notebook: str, name: str, conf: dict) -> tuple[bool, float]:
                 failed = out.with_name(out.stem + ".failed.ipynb")
                 shutil.move(str(tmp_out), failed)
                 raise NotebookFailed(f"{notebook} [{name}] failed in cell {exc.exec_count}: {exc.ename}: "
-                                     f"{exc.evalue}; the executed part is in {failed.relative_to(ROOT)}") from None
+                                     f"{exc.evalue}; the executed part is in {os.path.relpath(failed, ROOT)}") from None
             shutil.move(str(tmp_out), out)  # only a finished notebook replaces the old one
     finally:
         if env_before is None:
@@ -108,9 +162,7 @@ def ensure_mathjax(book_dir: Path) -> None:
 
 def build_book(manifest_path: str = "book/experiments.yml", only: str | None = None, build: bool = True) -> int:
     path = ROOT / manifest_path
-    if not path.exists():
-        raise ConfigError("manifest", manifest_path, "a YAML file listing chapters and their configurations")
-    manifest = yaml.safe_load(path.read_text())
+    manifest = read_manifest(manifest_path)
     todo = list(jobs(manifest, only))
     if not todo:
         names = sorted({n for c in manifest["chapters"] for n in c["configurations"]})

@@ -342,3 +342,32 @@ def test_server_side_divergence_stops_the_run_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "the server's calibrated_head.head.weight became non-finite in round 1 (ccvr's " \
                                "aggregation): lower the hyperparameters of its server rule" in err[0], err
+
+
+# bad manifests for `python -m fedlib book`: (file content or None for a folder, what the one line names)
+BOOK_BAD = [
+    ("# a markdown file\n* not: [yaml\n", "valid YAML (line 2"),
+    (None, "(a folder)"),
+    ("", "the whole file='NoneType' is not allowed"),
+    ("chapters: []\n", "build=None is not allowed: a list of configuration names"),
+    ("build: [book]\nchapters: []\n", "chapters=[] is not allowed"),
+    ("build: [book]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+     "      book: {parameters: {scale: book}}\n", "[book] output=None is not allowed: a notebook path"),
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+     "      x: {output: o.ipynb, parameters: {scale: 5}}\n", "parameter scale=5 is not allowed: a str like its"),
+    ("build: [x]\nchapters:\n  - notebook: notebooks/nosuch.ipynb\n    configurations:\n"
+     "      x: {output: o.ipynb}\n", "notebook='notebooks/nosuch.ipynb' is not allowed"),
+    ("build: [book\n", "valid YAML (line 2"),
+]
+
+
+@pytest.mark.parametrize("content, names", BOOK_BAD, ids=[n for _, n in BOOK_BAD])
+def test_book_refuses_a_bad_manifest_in_one_line(content, names, tmp_path, capsys):
+    path = tmp_path / "manifest.yml"
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_text(content)
+    assert main(["book", "--manifest", str(path), "--no-build"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and names in err[0], err
