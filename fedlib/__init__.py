@@ -2,4 +2,4 @@
 
 __version__ = "0.1.0"
 
-from fedlib.errors import ConfigError, DataNotFoundError, TrainingDiverged  # noqa: F401
+from fedlib.errors import ConfigError, DataNotFoundError, StorageFailed, TrainingDiverged  # noqa: F401

@@ -16,7 +16,7 @@ import dataclasses
 import json
 import sys
 
-from fedlib.errors import ConfigError, DataNotFoundError, NotebookFailed, TrainingDiverged
+from fedlib.errors import ConfigError, DataNotFoundError, NotebookFailed, StorageFailed, TrainingDiverged
 
 
 def _value(text: str):
@@ -165,8 +165,12 @@ def cmd_run(args) -> int:
           "last-round values, mean ± std over seeds")
     print(results_table(rows))
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(records, f, indent=1)
+        try:
+            with open(args.out, "w") as f:
+                json.dump(records, f, indent=1)
+        except OSError as exc:
+            raise StorageFailed(f"--out {args.out} could not be written ({exc.strerror or exc}); every run's record "
+                                "is in the cache: the same command again writes it without training") from None
     return 0
 
 
@@ -296,7 +300,7 @@ def main(argv=None) -> int:
             build_book = book_builder().build_book
 
             return build_book(args.manifest, only=args.config, build=not args.no_build)
-    except (ConfigError, DataNotFoundError, TrainingDiverged, NotebookFailed) as exc:
+    except (ConfigError, DataNotFoundError, TrainingDiverged, NotebookFailed, StorageFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -16,6 +16,11 @@ class DataNotFoundError(FileNotFoundError):
     """Dataset files are absent; the message says where they were looked for and how to get them."""
 
 
+class StorageFailed(RuntimeError):
+    """A write failed mid-run (a full disk, a folder made read-only): the run stopped; the message says what
+    was being written, why it failed and what was kept."""
+
+
 class TrainingDiverged(RuntimeError):
     """A non-finite loss stopped the run; the checkpoint of the last finished round is kept."""
 

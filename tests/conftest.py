@@ -13,3 +13,25 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# the tables of bad inputs and faults (tests/test_robustness.py): their counts are printed after every run
+BAD_INPUT_TESTS = ("test_bad_input_is_one_line_before_training", "test_records_refuses_bad_arguments_in_one_line",
+                   "test_book_refuses_a_bad_manifest_in_one_line")
+FAULT_TESTS = ("test_a_write_failing_mid_run_ends_in_one_line_and_the_run_resumes",
+               "test_a_damaged_result_record_is_named_and_counted_as_missing",
+               "test_a_damaged_cached_record_is_moved_aside_and_recomputed",
+               "test_a_damaged_checkpoint_is_moved_aside_and_the_run_starts_again",
+               "test_server_side_divergence_stops_the_run_with_one_line")
+
+
+def pytest_terminal_summary(terminalreporter):
+    def count(names):
+        reports = [r for kind in ("passed", "failed") for r in terminalreporter.stats.get(kind, [])
+                   if getattr(r, "when", "") == "call" and r.nodeid.split("::")[-1].split("[")[0] in names]
+        return len(reports), sum(r.passed for r in reports)
+
+    (bad, clean), (faults, survived) = count(BAD_INPUT_TESTS), count(FAULT_TESTS)
+    if bad or faults:
+        terminalreporter.write_line(f"robustness tables: {bad} bad inputs tried, {clean} refused in one line; "
+                                    f"{faults} faults tried, {survived} survived with a clean message or recovery")

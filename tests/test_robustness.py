@@ -218,7 +218,8 @@ def test_a_truncated_data_file_names_the_file_and_how_to_restore_it(tmp_path):
 
 def test_nan_message_counts_rounds_from_one(tmp_path):
     cfg = make_config(method="fedavg", **{**DIGITS, "lr": 1e6, "rounds": 3})
-    with pytest.raises(TrainingDiverged, match=r"in round [123], client \d+ \(lr=1000000.0\); lower the learning"):
+    with pytest.raises(TrainingDiverged, match=r"in round [123], client \d+: lower the learning rate \(lr=1000000.0\) "
+                                               r"or a hyperparameter that weights the method's loss"):
         run(cfg, cache_dir=None, progress=False)
 
 
@@ -371,3 +372,57 @@ def test_book_refuses_a_bad_manifest_in_one_line(content, names, tmp_path, capsy
     assert main(["book", "--manifest", str(path), "--no-build"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and names in err[0], err
+
+
+def full_disk(monkeypatch, matches, after: int = 0):
+    """``open`` for writing fails with ENOSPC on paths containing ``matches``, after ``after`` such opens."""
+    import builtins
+    import errno
+
+    real = builtins.open
+    seen = {"n": 0}
+
+    def fake(file, mode="r", *args, **kwargs):
+        if "w" in str(mode) and matches in str(file):
+            seen["n"] += 1
+            if seen["n"] > after:
+                raise OSError(errno.ENOSPC, "No space left on device", str(file))
+        return real(file, mode, *args, **kwargs)
+
+    def fake_write_text(path, *args, **kwargs):
+        if matches in str(path) and "out.json" not in str(path):
+            seen["n"] += 1
+            if seen["n"] > after:
+                raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real_write_text(path, *args, **kwargs)
+
+    import pathlib
+
+    real_write_text = pathlib.Path.write_text
+    monkeypatch.setattr(builtins, "open", fake)
+    monkeypatch.setattr(pathlib.Path, "write_text", fake_write_text)
+
+
+# faults in the middle of a run: (what fails, after how many writes, what the one line must say)
+FAULTS = [
+    (".ckpt.d", 6, "could not be written after round 2 (No space left on device); the run stopped: the checkpoint "
+                   "of round 1 is kept"),
+    (".ckpt.d", 0, "after round 1 (No space left on device); the run stopped: no round is checkpointed yet"),
+    (".ckpt.", 1, "could not be written after round 1"),
+    (".json.", 0, ".json could not be written (No space left on device); the run's last checkpoint is kept"),
+    ("out.json", 0, "--out "),
+]
+
+
+@pytest.mark.parametrize("target, after, says", FAULTS, ids=[f"{t} after {a}" for t, a, _ in FAULTS])
+def test_a_write_failing_mid_run_ends_in_one_line_and_the_run_resumes(target, after, says, tmp_path, monkeypatch,
+                                                                        capsys):
+    args = [*BASE, "--cache", str(tmp_path / "cache"), "--set", "rounds=3", "--out", str(tmp_path / "out.json")]
+    with monkeypatch.context() as patch:
+        full_disk(patch, target, after)
+        assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and says in err[0], err
+    assert main(args) == 0                      # space again: the same command resumes (or reads the record)
+    records = json.loads((tmp_path / "out.json").read_text())
+    assert len(records) == 1 and len(records[0]["history"]) == 3

@@ -25,7 +25,7 @@ from fedlib.engine.evaluation import Evaluator, global_test_indices, resolve_met
 from fedlib.engine.executors import make_executor
 from fedlib.engine.protocol import EvaluationPlan, LocalTraining, Participation, UniformParticipation
 from fedlib.engine.training import OptimizerSpec, Trainer
-from fedlib.errors import TrainingDiverged
+from fedlib.errors import StorageFailed, TrainingDiverged
 from fedlib.models import SplitModel
 
 
@@ -225,13 +225,24 @@ class Federation:
     def _save(self, done: int) -> None:
         if self.checkpoint is None:
             return
+        try:
+            self._write_checkpoint(done)
+        except OSError as exc:
+            kept = (f"the checkpoint of round {self._saved_round} is kept" if self._saved_round
+                    else "no round is checkpointed yet")
+            raise StorageFailed(f"the checkpoint {exc.filename or self.checkpoint} could not be written after round "
+                                f"{done} ({exc.strerror or exc}); the run stopped: {kept}, finished records are "
+                                "untouched; free space or make the folder writable and run the same command again "
+                                "to resume") from None
+
+    def _write_checkpoint(self, done: int) -> None:
         shards = shard_folder(self.checkpoint)
         shards.mkdir(parents=True, exist_ok=True)
         changed = range(len(self.clients)) if not self._client_files else self._changed
         replaced = []
         for i in changed:
             name = f"c{i}-r{done}.pt"
-            torch.save({"model": self.clients[i].model, "state": self.clients[i].state}, shards / name)
+            save_to({"model": self.clients[i].model, "state": self.clients[i].state}, shards / name)
             if i in self._client_files and self._client_files[i] != name:
                 replaced.append(self._client_files[i])
             self._client_files[i] = name
@@ -282,9 +293,16 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
         tmp.unlink(missing_ok=True)
 
 
+def save_to(obj, path: Path) -> None:
+    """torch.save through a Python file, so that a full disk or a read-only folder is an ``OSError`` naming
+    the file (PyTorch's own writer reports them as RuntimeError)."""
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+
+
 def atomic_save(obj, path: Path) -> None:
     """torch.save through ``atomic_write``."""
-    atomic_write(path, lambda tmp: torch.save(obj, tmp))
+    atomic_write(path, lambda tmp: save_to(obj, tmp))
 
 
 def set_aside(path: Path) -> Path:

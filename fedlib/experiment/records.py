@@ -46,16 +46,23 @@ def device_description(device: str) -> str:
 
 
 def atomic_json(path: Path, obj) -> None:
-    """Write JSON through a temporary file unique to this process, then rename it into place."""
+    """Write JSON through a temporary file unique to this process, then rename it into place; a failed write
+    (full disk, read-only folder) is one ``StorageFailed`` naming the file, and the old file stays as it was."""
     from fedlib.engine.loop import atomic_write
+    from fedlib.errors import StorageFailed
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(obj, indent=1, default=jsonable)
 
     def write(tmp: Path) -> None:
         tmp.write_text(text)
 
-    atomic_write(path, write)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(path, write)
+    except OSError as exc:
+        raise StorageFailed(f"{path} could not be written ({exc.strerror or exc}); the run's last checkpoint is "
+                            "kept: free space or make the folder writable and run the same command again to resume "
+                            "from it") from None
 
 
 def record_problem(record) -> str | None:
