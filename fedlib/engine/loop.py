@@ -236,6 +236,7 @@ class Federation:
                                 "to resume") from None
 
     def _write_checkpoint(self, done: int) -> None:
+        assert self.checkpoint is not None
         shards = shard_folder(self.checkpoint)
         shards.mkdir(parents=True, exist_ok=True)
         changed = range(len(self.clients)) if not self._client_files else self._changed
