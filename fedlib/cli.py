@@ -16,7 +16,14 @@ import dataclasses
 import json
 import sys
 
-from fedlib.errors import ConfigError, DataNotFoundError, NotebookFailed, StorageFailed, TrainingDiverged
+from fedlib.errors import (
+    ClientFailed,
+    ConfigError,
+    DataNotFoundError,
+    NotebookFailed,
+    StorageFailed,
+    TrainingDiverged,
+)
 
 
 def _value(text: str):
@@ -91,6 +98,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def default_of(field) -> str:
+    """A dataclass field's default as the user would type it (a factory's value, e.g. {} for a dict)."""
+    import dataclasses as dc
+
+    if field.default is not dc.MISSING:
+        return repr(field.default) if isinstance(field.default, str) else str(field.default)
+    if field.default_factory is not dc.MISSING:
+        return str(field.default_factory())
+    return "(required)"
+
+
 def cmd_list() -> None:
     import dataclasses as dc
 
@@ -102,7 +120,7 @@ def cmd_list() -> None:
 
     print("methods:")
     for name, cls in METHODS.items():
-        hp = ", ".join(f"{f.name}={f.default}" for f in dc.fields(cls.Hyper)) or "-"
+        hp = ", ".join(f"{f.name}={default_of(f)}" for f in dc.fields(cls.Hyper)) or "-"
         print(f"  {name:10s} {cls.paper:38s} hyper: {hp}")
     print("datasets:")
     for name, src in SOURCES.items():
@@ -300,7 +318,7 @@ def main(argv=None) -> int:
             build_book = book_builder().build_book
 
             return build_book(args.manifest, only=args.config, build=not args.no_build)
-    except (ConfigError, DataNotFoundError, TrainingDiverged, NotebookFailed, StorageFailed) as exc:
+    except (ConfigError, DataNotFoundError, TrainingDiverged, NotebookFailed, StorageFailed, ClientFailed) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -16,6 +16,17 @@ class DataNotFoundError(FileNotFoundError):
     """Dataset files are absent; the message says where they were looked for and how to get them."""
 
 
+class ClientFailed(RuntimeError):
+    """A client's Flower node answered with an error, or did not answer in time; ``detail``: the node's report."""
+
+    def __init__(self, message: str, detail: str = ""):
+        super().__init__(message)
+        self.detail = detail
+
+    def __reduce__(self):
+        return type(self), (str(self), self.detail)
+
+
 class StorageFailed(RuntimeError):
     """A write failed mid-run (a full disk, a folder made read-only): the run stopped; the message says what
     was being written, why it failed and what was kept."""

@@ -4,6 +4,8 @@ import pytest
 import torch
 
 os.environ.setdefault("TQDM_DISABLE", "1")
+# as fedlib.flower sets it, but before any test imports Ray (read when Ray is imported): no C++ stack dump on SIGTERM
+os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
 
 
 @pytest.fixture

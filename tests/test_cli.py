@@ -8,6 +8,7 @@ def test_list_shows_everything(capsys):
     out = capsys.readouterr().out
     for word in ["fedgpa", "fedpac", "scaffold", "dirichlet", "skew", "cifar10", "cnn2", "book"]:
         assert word in out
+    assert "object at 0x" not in out and "base_hyper={}" in out and "prototypes='cpm'" in out   # defaults as typed
 
 
 @pytest.mark.parametrize("argv, words", [

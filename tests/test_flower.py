@@ -134,3 +134,72 @@ def test_a_client_that_raises_stops_the_run_with_its_error(no_processes_left):
 def test_engine_is_validated():
     with pytest.raises(ConfigError, match="engine='ray' is not allowed: one of inprocess, flower"):
         validate(dataclasses.replace(digits_config("fedavg"), engine="ray"))
+
+
+def test_nan_on_a_node_reads_as_it_does_in_process(no_processes_left):
+    """A client's loss turning NaN on its node stops the run with the in-process run's TrainingDiverged line."""
+    from fedlib.errors import TrainingDiverged
+
+    cfg = dataclasses.replace(digits_config("fedavg"), lr=1e6)
+    with pytest.raises(TrainingDiverged) as local:
+        run(cfg, cache_dir=None, progress=False)
+    with pytest.raises(TrainingDiverged) as flower:
+        simulate(dataclasses.replace(cfg, engine="flower"), timeout=120)
+    assert str(flower.value) == str(local.value)
+    assert no_processes_left()
+
+
+@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
+def test_a_signal_stops_a_flower_run_within_seconds_and_it_resumes(signum, tmp_path, no_processes_left):
+    """Ctrl-C or SIGTERM after round 1: the run ends in seconds with KeyboardInterrupt (the command line's resume
+    message), leaves no Ray or Flower process, and the same call resumes from the checkpoint to the records of an
+    uninterrupted run."""
+    import os
+    import signal
+    import time
+
+    cfg = dataclasses.replace(digits_config("fedavg"), engine="flower", rounds=3)
+    sent = {}
+
+    def signal_after_round_one(fed, t):
+        if t == 0 and not sent:
+            sent["at"] = time.time()
+            os.kill(os.getpid(), getattr(signal, signum))
+
+    with pytest.raises(KeyboardInterrupt):
+        simulate(cfg, checkpoint=tmp_path / "run.ckpt", callbacks=[signal_after_round_one], timeout=120)
+    assert time.time() - sent["at"] < 30
+    assert no_processes_left()
+    fed = simulate(cfg, checkpoint=tmp_path / "run.ckpt", timeout=120)
+    assert fed.start_round >= 1 and len(fed.history) == 3
+    reference = run(dataclasses.replace(cfg, engine="inprocess"), cache_dir=None, progress=False)
+    assert_same_metrics(fed.history[-1], reference["history"][-1])
+    assert no_processes_left()
+
+
+def test_the_reaper_ends_what_a_killed_process_started(tmp_path):
+    """SIGKILL cannot be handled: the watchdog ends the processes its parent listed once the parent is gone."""
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "parent.py"
+    script.write_text(
+        "import os, subprocess, sys, time\n"
+        f"pidfile = {str(tmp_path / 'pids')!r}\n"
+        "reaper = subprocess.Popen([sys.executable, '-m', 'fedlib.flower.reaper', str(os.getpid()), pidfile],"
+        " start_new_session=True)\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+        "import psutil\n"
+        "p = psutil.Process(child.pid)\n"
+        "open(pidfile, 'w').write(f'{child.pid} {p.create_time()}\\n')\n"
+        "print(child.pid, reaper.pid, flush=True)\n"
+        "time.sleep(600)\n")
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    child, reaper = map(int, parent.stdout.readline().split())
+    parent.kill()
+    parent.wait()
+    end = time.time() + 20
+    while time.time() < end and psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+        time.sleep(0.2)
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE

@@ -64,7 +64,7 @@ def test_pfedcspc_table7_counts_rounds_to_fedavgs_final_accuracy_on_the_main_see
     assert reached["fedavg"] == 4 and reached["pfedcspc"] == 2            # mean over seeds 0.60 at round 2
     assert reached["fedprox"] == 1 and reached["moon"] is None
     assert rows[pfedcspc.TABLE7.index("moon")]["DIGITS rounds to 60.0%"] == f"> {pfedcspc.SCALES['ci']['rounds']}"
-    assert all(r["seed"] in (0, 1) for recs in used for r in recs)
+    assert all(r["seed"] in (0, 1) for recs in used.values() for r in recs) and set(used) == set(pfedcspc.TABLE7)
     np.testing.assert_allclose(curves["pfedcspc"][1], [0.5, 0.6, 0.7, 0.7])
 
 

@@ -8,12 +8,86 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from contextlib import contextmanager
 
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")   # no stack dump on SIGTERM: fedlib handles it
 
-from fedlib.flower.apps import ClientFailed, FlowerExecutor, client_app, make_server_app, server_app
+from fedlib.flower.apps import STOP, ClientFailed, FlowerExecutor, client_app, make_server_app, server_app
+
+
+def _children() -> list:
+    import psutil
+
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+@contextmanager
+def stoppable():
+    """Ctrl-C and SIGTERM stop a simulation cleanly: the first sets ``STOP`` (the ServerApp's thread leaves at
+    its next poll, Flower's runtime and Ray shut down, then KeyboardInterrupt: the caller's resume message);
+    a second one interrupts at once. A watchdog process ends the Ray processes if this process is killed."""
+    STOP.clear()
+    main = threading.current_thread() is threading.main_thread()
+    previous = {}
+
+    def on_signal(signum, frame):
+        if STOP.is_set():
+            raise KeyboardInterrupt
+        STOP.set()
+        print(f"fedlib: {signal.Signals(signum).name}: stopping the Flower run after the current poll "
+              "(again to stop at once)", file=sys.stderr)
+
+    import ray._private.utils as ray_utils
+
+    ray_sigterm = ray_utils.set_sigterm_handler
+    if main:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, on_signal)
+        ray_utils.set_sigterm_handler = lambda handler: None   # ray.init would replace ours with sys.exit
+    folder = tempfile.mkdtemp(prefix="fedlib-flower-")
+    pidfile = os.path.join(folder, "pids")
+    reaper = subprocess.Popen([sys.executable, "-m", "fedlib.flower.reaper", str(os.getpid()), pidfile],
+                              stdin=subprocess.DEVNULL, start_new_session=True)
+    done = threading.Event()
+
+    def list_children():   # what the reaper would end: every process this one started (Ray's), every 2 s
+        while not done.wait(2.0):
+            kids = [p for p in _children() if p.pid != reaper.pid]
+            try:
+                with open(pidfile + ".tmp", "w") as f:
+                    f.writelines(f"{p.pid} {p.create_time()}\n" for p in kids)
+                os.replace(pidfile + ".tmp", pidfile)
+            except Exception:   # a process that ended between listing and reading its start time
+                continue
+
+    lister = threading.Thread(target=list_children, daemon=True)
+    lister.start()
+    try:
+        yield
+    finally:
+        done.set()
+        for p in _children():   # anything of the runtime still alive after its shutdown (a stopped run)
+            if p.pid != reaper.pid:
+                try:
+                    p.kill()
+                except Exception:   # it ended by itself meanwhile
+                    pass
+        open(pidfile + ".done", "w").close()
+        reaper.wait(timeout=10)
+        ray_utils.set_sigterm_handler = ray_sigterm
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def simulate(cfg, *, checkpoint=None, progress: bool = False, desc: str = "", callbacks=(), nodes: int | None = None,
@@ -40,8 +114,11 @@ def simulate(cfg, *, checkpoint=None, progress: bool = False, desc: str = "", ca
     if not verbose:
         flwr_logger.setLevel(logging.ERROR)
     try:
-        run_simulation(server_app=server, client_app=client or client_app, num_supernodes=nodes,
-                       backend_name="ray", backend_config=backend, verbose_logging=verbose)
+        with stoppable():
+            run_simulation(server_app=server, client_app=client or client_app, num_supernodes=nodes,
+                           backend_name="ray", backend_config=backend, verbose_logging=verbose)
+            if STOP.is_set():
+                raise KeyboardInterrupt
     finally:
         flwr_logger.setLevel(level)
     if "error" in sink:

@@ -19,6 +19,7 @@ import dataclasses
 import json
 import os
 import re
+import threading
 import time
 
 from flwr.app import ConfigRecord, Context, Message
@@ -27,18 +28,15 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedlib.engine.client import Adaptation, ClientResult, ClientTask, local_update
 from fedlib.engine.core import LocalResult
+from fedlib.errors import ClientFailed, TrainingDiverged
 from fedlib.flower.codec import from_records, to_records
 
 RUN = "fedlib.run"
 PURPOSES = ("update", "adapt")   # a round's local update | evaluation-time adaptation (FedAvg-FT, FedBABU)
 
 
-class ClientFailed(RuntimeError):
-    """A client's node answered with an error, or did not answer in time; ``detail``: the node's report."""
-
-    def __init__(self, message: str, detail: str = ""):
-        super().__init__(message)
-        self.detail = detail
+# set by ``simulate``'s signal handlers (Ctrl-C, SIGTERM): the ServerApp's thread stops at its next poll
+STOP = threading.Event()
 
 
 def first_error_line(report: str) -> str:
@@ -91,6 +89,7 @@ class FlowerExecutor:
                                    f"{nodes[task.client_id % len(nodes)]}")
             pending[ids[0]] = i
         results: list = [None] * len(tasks)
+        diverged: dict[int, str] = {}
         deadline = None if self.timeout is None else time.time() + self.timeout
         while pending:
             for reply in self.grid.pull_messages(list(pending)):
@@ -99,12 +98,20 @@ class FlowerExecutor:
                     reason = reply.error.reason or ""
                     raise ClientFailed(f"client {tasks[i].client_id} failed on its Flower node (round "
                                        f"{tasks[i].round + 1}): {first_error_line(reason)}", reason)
-                results[i] = decode_result(reply, self.device)
+                content = from_records(reply.content, self.device)
+                if "diverged" in content:
+                    diverged[i] = content["diverged"]
+                    continue
+                results[i] = result_of(content)
             if pending and deadline is not None and time.time() > deadline:
                 late = sorted(tasks[i].client_id for i in pending.values())
                 raise ClientFailed(f"clients {late} did not answer within {self.timeout} s")
+            if STOP.is_set():
+                raise KeyboardInterrupt
             if pending:
                 time.sleep(self.poll_s)
+        if diverged:   # as in-process: the first client of the cohort whose loss became non-finite
+            raise TrainingDiverged(diverged[min(diverged)])
         return results
 
     def _nodes(self) -> list[int]:
@@ -115,6 +122,8 @@ class FlowerExecutor:
             nodes = sorted(self.grid.get_node_ids())
             if len(nodes) >= self.min_nodes:
                 return nodes
+            if STOP.is_set():
+                raise KeyboardInterrupt
             if time.time() > deadline:
                 raise ClientFailed(f"{len(nodes)} Flower node(s) connected after {self.connect_s:.0f} s; "
                                    f"{self.min_nodes} needed")
@@ -129,8 +138,8 @@ def fields_of(obj) -> dict:
     return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
 
 
-def decode_result(reply: Message, device) -> ClientResult:
-    out = from_records(reply.content, device)
+def result_of(out: dict) -> ClientResult:
+    """A node's decoded reply as the engine's ClientResult."""
     models = out["models"]
     return ClientResult(out["client_id"], out["upload"], models["local"], out["state"],
                         LocalResult(**out["result"]), models)
@@ -213,7 +222,11 @@ def train(msg: Message, context: Context) -> Message:
     if purpose == "adapt":
         method = Adaptation(method, method.finetune_phase() or fed.evaluator.finetune)
     task = ClientTask(**from_records(msg.content, cfg.device))
-    result = local_update(method, task, fed.setup, fed.trainer)
+    try:
+        result = local_update(method, task, fed.setup, fed.trainer)
+    except TrainingDiverged as exc:   # an outcome of training, not a failure of the node: sent back as such
+        return Message(content=to_records({"client_id": task.client_id, "diverged": str(exc)},
+                                          f"client {task.client_id}'s result"), reply_to=msg)
     reply = {"client_id": result.client_id, "upload": result.upload, "state": result.state,
              "result": fields_of(result.result), "models": result.models}
     return Message(content=to_records(reply, f"client {task.client_id}'s result"), reply_to=msg)
