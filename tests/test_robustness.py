@@ -426,3 +426,31 @@ def test_a_write_failing_mid_run_ends_in_one_line_and_the_run_resumes(target, af
     assert main(args) == 0                      # space again: the same command resumes (or reads the record)
     records = json.loads((tmp_path / "out.json").read_text())
     assert len(records) == 1 and len(records[0]["history"]) == 3
+
+
+def test_every_fedlib_error_crosses_a_process_boundary_with_its_message():
+    import pickle
+
+    from fedlib.errors import ClientFailed, NotebookFailed, StorageFailed
+
+    errors = [ConfigError("hyper.mu", 2.0, "a number in [0, 1]"), DataNotFoundError("no files under /x"),
+              TrainingDiverged("loss became nan in round 1"), NotebookFailed("cell 3 failed"),
+              StorageFailed("disk full"), ClientFailed("client 1 failed", "the node's report")]
+    for exc in errors:
+        again = pickle.loads(pickle.dumps(exc))
+        assert type(again) is type(exc) and str(again) == str(exc)
+    assert pickle.loads(pickle.dumps(errors[-1])).detail == "the node's report"
+
+
+@pytest.mark.slow
+def test_a_config_error_raised_in_a_worker_process_reaches_the_grid_intact(tmp_path):
+    """Refused only once the data is loaded (in the worker): the grid names it and goes on with the rest."""
+    from fedlib.studies.common import record_grid
+
+    good = make_config(method="fedavg", **{**DIGITS, "rounds": 1})
+    too_big = make_config(method="fedavg", **{**DIGITS, "rounds": 1}, global_test_size=100_000)
+    lines = []
+    summary = record_grid([good, too_big], "demo", workers=2, device="cpu", executor="sequential", root=tmp_path,
+                          log=lines.append, cache_dir=tmp_path / "cache")
+    assert (summary["done"], summary["failed"]) == (1, 1)
+    assert any("global_test_size=100000 is not allowed: at most the 540 test samples" in line for line in lines), lines
