@@ -75,7 +75,15 @@ def learning_curves(records_by_label: dict[str, list[dict]], metric: str = "pers
         ax.fill_between(rounds, mean - std, mean + std, alpha=0.15)
     ax.set_xlabel("round")
     ax.set_ylabel(METRIC_LABELS.get(metric, metric) + " (%)")
+    chance_line(ax)
     ax.set_title(title)
     ax.legend(fontsize=8, ncol=2)
     ax.grid(alpha=0.3)
     return ax
+
+
+def chance_line(ax, classes: int = 10, axis: str = "y") -> None:
+    """The accuracy of a uniform guess (100 / classes %) as a dotted line: a model near it did not train.
+    Every dataset of the book's chapters has 10 classes."""
+    draw = ax.axhline if axis == "y" else ax.axvline
+    draw(100 / classes, color="0.5", ls=":", lw=1, label=f"chance ({100 / classes:.0f}%)")

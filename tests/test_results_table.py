@@ -80,3 +80,18 @@ def test_stored_grid_report_counts_cells_and_names_where_records_were_made(capsy
                       "2 runs, 3.0 h of device time")
     assert report_stored({"y": {"records": [], "stale": 0, "missing": 2}}) == []
     assert "No paper-scale run has been recorded yet" in capsys.readouterr().out
+
+
+def test_cells_below_twice_chance_are_marked_and_chance_is_stated():
+    """10 classes: chance 10%; our 15.00 is below 20 and gets a dagger, 55.00 does not; the paper's column and a
+    time column are never marked."""
+    from fedlib.studies.report import ResultsTable
+
+    record = {"config": {"dataset": "digits", "num_clients": 2, "rounds": 1, "method": "fedavg", "model": None},
+              "final": {}, "seed": 0, "train_counts": [[1] * 10], "history": []}
+    table = ResultsTable([{"method": "A", "acc": "15.00 ± 1.00 (n=3)", "paper": 12.0, "time / round": "3.00 (n=1)"},
+                          {"method": "B", "acc": "55.00 (n=1)", "paper": 80.0, "time / round": "3.00 (n=1)"}],
+                         [record], "book", "local")
+    assert list(table.df["acc"]) == ["15.00 ± 1.00 (n=3) †", "55.00 (n=1)"]
+    assert list(table.df["time / round"]) == ["3.00 (n=1)"] * 2
+    assert "chance: 10% (a uniform guess over 10 classes); † below twice chance" in table.caption

@@ -32,6 +32,12 @@ def open_chapter(name: str, scale: str, device: str = "cpu", executor: str = "se
     pd.set_option("display.width", 160)
     _STARTED["chapter"] = time.time()
     print(study.scale_summary(scale))
+    if hasattr(study, "paper_tables"):
+        from IPython.display import HTML, display
+
+        from fedlib.studies.report import status_html
+
+        display(HTML(status_html(name, scale)))
     return study, sc, show_source
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from fedlib.data.partition import fedgpa_setting
 from fedlib.experiment import Config, make_config
+from fedlib.plots import chance_line
 from fedlib.studies.common import RUNTIME, fmt, mean_std, method_labels, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
 from fedlib.studies.grid import Scales
 
@@ -313,6 +314,8 @@ def plot_against_paper(runs: dict, settings, s_values, methods, scale: str):
         ax.set_xlabel("paper (%)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(f"ours at scale {scale} (%)")
+    for ax in axes:
+        chance_line(ax)
     axes[0].legend()
     fig.suptitle("Each method: our accuracy against the paper's")
     fig.tight_layout()
@@ -387,6 +390,7 @@ def plot_sweep(curves: dict, xlabel: str, title: str, labels: dict | None = None
                     label=(labels or {}).get(key, key))
     ax.set_xlabel(xlabel)
     ax.set_ylabel("personalized accuracy (%)")
+    chance_line(ax)
     ax.set_title(title)
     ax.legend()
     ax.grid(alpha=0.3)
@@ -490,6 +494,7 @@ def plot_paper_scale(stored: dict):
     ax.set_xlim(lims[0], lims[1]), ax.set_ylim(lims[0], lims[1])
     ax.set_xlabel("paper (%)")
     ax.set_ylabel("ours, paper scale (%)")
+    chance_line(ax)
     ax.set_title("FMNIST, committed paper-scale records")
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from fedlib.experiment import Config, make_config
+from fedlib.plots import chance_line
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     RUNTIME,
     Claim,
@@ -327,6 +328,7 @@ def plot_recall(recall: dict, scale: str):
         ax.bar(x + (i - 1.5) * 0.2, 100 * values, width=0.2, label=LABELS[m])
     ax.set_xticks(x, FMNIST_CLASSES, rotation=20, fontsize=8)
     ax.set_ylabel("accuracy (%)")
+    chance_line(ax)
     ax.legend(ncol=4)
     ax.grid(alpha=0.3, axis="y")
     ax.set_title(f"per-class accuracy of the personalized models, FMNIST s = 20, scale {scale}")
@@ -370,6 +372,7 @@ def plot_repeat(repeat: dict, scale: str):
         ax.plot([100 * r for r in res], [100 * v[0] for v in res.values()], marker="o", label=LABELS[m])
     ax.set_xlabel("repeat ratio (%)")
     ax.set_ylabel("accuracy, balanced test (%)")
+    chance_line(ax)
     ax.legend()
     ax.grid(alpha=0.3)
     ax.set_title(f"FMNIST s = 50, scale {scale}")

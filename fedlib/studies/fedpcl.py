@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from fedlib.experiment import Config, make_config
+from fedlib.plots import chance_line
 from fedlib.studies.common import RUNTIME, fmt, mean_std, method_labels, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
 from fedlib.studies.grid import Scales
 
@@ -358,6 +359,8 @@ def plot_label_shift(alpha_res: dict, client_res: dict, scale: str):
     axes[0].set_xlabel("Dirichlet alpha (10 clients)")
     axes[0].set_ylabel("accuracy (%)")
     axes[1].set_xlabel("number of clients (alpha = 1)")
+    for ax in axes:
+        chance_line(ax)
     fig.suptitle(f"label shift on digit4, scale {scale}, seeds {scale_info(scale)['sweep_seeds']}")
     fig.tight_layout()
     return fig

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from fedlib.experiment import Config, make_config
+from fedlib.plots import chance_line
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     RUNTIME,
     Claim,
@@ -346,6 +347,8 @@ def plot_groups(rows: list[dict]):
         ax.set_title(f"{kind}: global model per class group")
         ax.grid(alpha=0.3, axis="y")
     axes[0].set_ylabel("accuracy (%)")
+    for ax in axes:
+        chance_line(ax)
     axes[0].legend()
     fig.tight_layout()
     return fig
@@ -433,6 +436,7 @@ def plot_beta(beta_runs: dict, scale: str):
         ax.bar(x + (i - 1) * 0.27, vals, width=0.27, label=f"beta = {beta}")
     ax.set_xticks(x, ["All", "Many", "Medium", "Few"])
     ax.set_ylabel("A_glo (%)")
+    chance_line(ax)
     ax.legend()
     ax.grid(alpha=0.3, axis="y")
     ax.set_title(f"FedPRP, {ds.upper()}-LT shards, scale {scale}")

@@ -42,6 +42,16 @@ def chapters_table(found: dict, scale: str):
     return pd.DataFrame(rows)
 
 
+def status_table():
+    """One row per chapter: paper-scale coverage from the committed records (whatever scale this page shows)."""
+    import pandas as pd
+
+    from fedlib.studies.report import coverage_text, paper_coverage
+
+    return pd.DataFrame([{"chapter": title, "paper scale (committed records)": coverage_text(paper_coverage(ch))}
+                         for ch, title in CHAPTERS.items()])
+
+
 def headline_table(summary: dict):
     import pandas as pd
 
@@ -53,7 +63,8 @@ def headline(chapter: str, summary: dict):
     from fedlib.studies.common import ResultsTable
 
     part = summary.get("headline", {})
-    return ResultsTable(headline_table(summary), keys=HEADLINE_KEYS.get(chapter, 1), note=part.get("provenance", ""))
+    return ResultsTable(headline_table(summary), keys=HEADLINE_KEYS.get(chapter, 1), note=part.get("provenance", ""),
+                        classes=10)   # every chapter's data has 10 classes
 
 
 def claims_table(summary: dict):

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from fedlib.experiment import Config, make_config
+from fedlib.plots import chance_line
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     RUNTIME,
     Claim,
@@ -368,6 +369,8 @@ def plot_tradeoff(table: dict, scale: str):
         )
     ax.set_xlabel("Global: ACC_global (%)")
     ax.set_ylabel("Local: I_local (%)")
+    chance_line(ax)
+    chance_line(ax, axis="x")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set_title(f"{ds.upper()}, scale {scale}: up and to the right is better")
@@ -500,6 +503,7 @@ def plot_curves(curves: dict, target: float, scale: str):
     ax.axhline(100 * target, color="k", ls=":", lw=1)
     ax.set_xlabel("round")
     ax.set_ylabel("ACC_global (%)")
+    chance_line(ax)
     ax.legend(fontsize=7, ncol=2)
     ax.grid(alpha=0.3)
     ax.set_title(f"{ds.upper()}, scale {scale}")
@@ -539,6 +543,7 @@ def plot_fig6(sweep: dict, scale: str):
             ax.plot(augs, [100 * mean_std(sweep[(r, a)], metric)[0] for a in augs], marker="o", label=f"n_repeat = {r}")
         ax.set_xlabel("n_aug")
         ax.set_ylabel(f"{name} (%)")
+        chance_line(ax)
         ax.legend()
         ax.grid(alpha=0.3)
     fig.suptitle(f"{scale_info(scale)['datasets'][0].upper()}, scale {scale}")

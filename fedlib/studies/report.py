@@ -116,12 +116,17 @@ def _cell(v) -> str:
     return str(v)
 
 
+# columns of results tables that hold other numbers than accuracies (never marked against chance)
+NOT_ACCURACY = ("time", "s /", "s/", "param", "round", "comm", "upload", "sent", "second", "entropy", "weight",
+                "paper", "gap", "drop", "margin")
+
+
 class ResultsTable:
     """A results table as the book shows it: no index column, one number format, at most ``max_columns``
     columns per part (wider tables are split, the first ``keys`` columns repeated), and a provenance line."""
 
     def __init__(self, table, records=(), scale: str = "", test_set: str = "", note: str = "",
-                 keys: int = 1, max_columns: int = 6):
+                 keys: int = 1, max_columns: int = 6, classes: int | None = None):
         import pandas as pd
 
         df = table if isinstance(table, pd.DataFrame) else pd.DataFrame(table)
@@ -139,6 +144,36 @@ class ResultsTable:
         self.keys, self.max_columns = keys, max_columns
         self.caption = provenance_line(self.records, scale, test_set) if self.records else ""
         self.note = note
+        self._mark_near_chance(classes)
+
+    def _mark_near_chance(self, classes: int | None = None) -> None:
+        """Our accuracy cells (``fmt``'s "mean ± std (n=k)") below twice chance get a dagger, and the caption
+        states the chance level (a uniform guess over the classes of the records' data)."""
+        import re
+
+        counts = [r["train_counts"] for r in self.records if r.get("train_counts")]
+        if counts:
+            classes = len(counts[0][0])
+        if not classes:
+            return
+        chance = 100 / classes
+        ours = re.compile(r"^(\d+\.\d+)( ± \d+\.\d+)? \(n=\d+\)$")
+        found = marked = 0
+        for col in self.df.columns[self.keys:]:
+            if any(word in str(col).lower() for word in NOT_ACCURACY):
+                continue
+            for i, value in self.df[col].items():
+                m = ours.match(str(value))
+                if m:
+                    found += 1
+                    if float(m.group(1)) < 2 * chance:
+                        self.df.at[i, col] = f"{value} †"
+                        marked += 1
+        if found:
+            line = f"chance: {chance:.0f}% (a uniform guess over {classes} classes)"
+            if marked:
+                line += f"; † below twice chance: at this budget that model barely trained ({marked} cells)"
+            self.caption = f"{self.caption}; {line}" if self.caption else line
 
     def parts(self) -> list:
         cols = list(self.df.columns)
@@ -363,6 +398,50 @@ def protocol_rows(configs: dict, reported: dict[str, str]) -> tuple[list[dict], 
     sets = "; ".join(f"{column}: {TEST_SETS[family_parts(family)[1]].description}" for column, family in
                      reported.items())
     return rows, f"test sets: {sets}"
+
+
+# ---------------------------------------------------------------------- where a chapter stands
+SCALE_MEANING = {
+    "ci": "a test of the code on tiny data: its numbers say nothing about the methods",
+    "book": "a smoke run at a budget this CPU trains in minutes: it shows the methods run and how they rank at "
+            "this budget, never whether the paper's numbers reproduce",
+    "paper": "the paper's protocol (data, rounds, epochs, seeds): the scale at which the paper is compared",
+}
+
+
+def paper_coverage(chapter: str) -> dict:
+    """How much of a chapter's paper-scale grid has committed records: runs current / stale / missing of the
+    total, their seeds, devices and training time."""
+    import importlib
+
+    from fedlib import results
+    from fedlib.studies.grid import paper_grid
+
+    grid = paper_grid(importlib.import_module(f"fedlib.studies.{chapter}").paper_tables())
+    hits = results.lookup(chapter, grid)
+    current = [h.record for h in hits if h is not None and not h.stale]
+    return {"total": len(grid), "current": len(current), "stale": sum(1 for h in hits if h is not None and h.stale),
+            "seeds": sorted({int(r["seed"]) for r in current}),
+            "devices": sorted({str(r.get("device", "?")).split(" (")[0] for r in current}),
+            "hours": sum(r.get("wall_time_s", 0.0) for r in current) / 3600}
+
+
+def coverage_text(cov: dict) -> str:
+    if not cov["current"]:
+        return f"0 of {cov['total']} runs recorded" + (f" ({cov['stale']} stale)" if cov["stale"] else "")
+    return (f"{cov['current']} of {cov['total']} runs recorded" + (f", {cov['stale']} stale" if cov["stale"] else "")
+            + f"; seeds {', '.join(map(str, cov['seeds']))}; {', '.join(cov['devices'])}; "
+              f"{cov['hours']:.1f} h of training")
+
+
+def status_html(chapter: str, scale: str) -> str:
+    """The box at the top of a chapter: paper-scale coverage from the committed records, and what the scale
+    this page ran at can and cannot say."""
+    cov = paper_coverage(chapter)
+    return (f"<div class='verdict'><p><strong>Where this chapter stands.</strong> Paper scale: "
+            f"{html.escape(coverage_text(cov))} (committed under <code>results/{chapter}/</code>; "
+            f"<code>python -m fedlib records {chapter}</code> adds the rest). This page runs at scale "
+            f"<strong>{html.escape(scale)}</strong>: {html.escape(SCALE_MEANING.get(scale, ''))}.</p></div>")
 
 
 def ordered(values: list[float]) -> bool:
