@@ -149,11 +149,11 @@ def test_nan_on_a_node_reads_as_it_does_in_process(no_processes_left):
     assert no_processes_left()
 
 
-@pytest.mark.parametrize("signum", ["SIGINT", "SIGTERM"])
-def test_a_signal_stops_a_flower_run_within_seconds_and_it_resumes(signum, tmp_path, no_processes_left):
-    """Ctrl-C or SIGTERM after round 1: the run ends in seconds with KeyboardInterrupt (the command line's resume
-    message), leaves no Ray or Flower process, and the same call resumes from the checkpoint to the records of an
-    uninterrupted run."""
+@pytest.mark.parametrize("signum, resume", [("SIGINT", False), ("SIGTERM", True)])
+def test_a_signal_stops_a_flower_run_within_seconds_and_it_resumes(signum, resume, tmp_path, no_processes_left):
+    """Ctrl-C or SIGTERM after round 1 (one handler serves both): the run ends in seconds with KeyboardInterrupt
+    (the command line's resume message) and leaves no Ray or Flower process; the same call resumes from the
+    checkpoint to the records of an uninterrupted run (checked once: the resume does not depend on the signal)."""
     import os
     import signal
     import time
@@ -170,6 +170,8 @@ def test_a_signal_stops_a_flower_run_within_seconds_and_it_resumes(signum, tmp_p
         simulate(cfg, checkpoint=tmp_path / "run.ckpt", callbacks=[signal_after_round_one], timeout=120)
     assert time.time() - sent["at"] < 30
     assert no_processes_left()
+    if not resume:
+        return
     fed = simulate(cfg, checkpoint=tmp_path / "run.ckpt", timeout=120)
     assert fed.start_round >= 1 and len(fed.history) == 3
     reference = run(dataclasses.replace(cfg, engine="inprocess"), cache_dir=None, progress=False)
