@@ -310,8 +310,13 @@ def test_fedmate_claims_carry_paired_margins():
             r["history"][0]["uploaded_per_client"] = sent
         return out
 
-    claims = fedmate.verdicts({("fmnist", 10): rows}, table2, None,
+    # Fig. 5: accuracy at repeat ratios 0.1 and 0.5; drops FedMate 2 / 1, FedPAC 5 / 0: margins 3, -1
+    repeat = {("fedmate", 0.1): recs([60, 61], g), ("fedmate", 0.5): recs([58, 60], g),
+              ("fedpac", 0.1): recs([60, 60], g), ("fedpac", 0.5): recs([55, 60], g)}
+    claims = fedmate.verdicts({("fmnist", 10): rows}, table2, repeat,
                               {"with": cft(100, [60, 62]), "without": cft(200, [60.5, 62.5])}, None)
+    assert claims[3].claim.startswith("FedMate is the most robust") and claims.pop(3).margins == pytest.approx(
+        {0: 3.0, 1: -1.0})
     assert claims[0].margins == pytest.approx({0: 2.0, 1: 1.0})
     assert claims[1].margins == pytest.approx({0: -1.0, 1: -1.0}) and claims[1].verdict.outcome == "does not hold"
     assert claims[2].margins == pytest.approx({0: 3.0, 1: 4.0})    # min(55-50, 57-50, 60-57), (6, 8, 4)
