@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -85,6 +86,7 @@ def stoppable():
                     pass
         open(pidfile + ".done", "w").close()
         reaper.wait(timeout=10)
+        shutil.rmtree(folder, ignore_errors=True)   # the pid list is only the watchdog's
         ray_utils.set_sigterm_handler = ray_sigterm
         for sig, handler in previous.items():
             signal.signal(sig, handler)
