@@ -109,6 +109,20 @@ def check_parameters(notebook: str, name: str, conf: dict) -> None:
                               f"a {type(default).__name__} like its default {declared[key]['default']}")
 
 
+def tables_at_chance(executed: Path) -> list[str]:
+    """The results tables of an executed notebook that mark cells below twice chance without a reason
+    (``ResultsTable`` writes ``data-unexplained-chance`` at book scale): "cell k: n cells" each."""
+    import json
+    import re
+
+    found = []
+    for k, cell in enumerate(json.loads(executed.read_text())["cells"]):
+        for output in cell.get("outputs", []):
+            text = "".join(output.get("data", {}).get("text/html", ""))
+            found += [f"code cell {k}: {n} cells" for n in re.findall(r"data-unexplained-chance='(\d+)'", text)]
+    return found
+
+
 def execute(notebook: str, name: str, conf: dict) -> tuple[bool, float]:
     """Run one notebook configuration with papermill unless its stamp says it is up to date."""
     import papermill
@@ -134,6 +148,14 @@ def execute(notebook: str, name: str, conf: dict) -> tuple[bool, float]:
                 shutil.move(str(tmp_out), failed)
                 raise NotebookFailed(f"{notebook} [{name}] failed in cell {exc.exec_count}: {exc.ename}: "
                                      f"{exc.evalue}; the executed part is in {os.path.relpath(failed, ROOT)}") from None
+            unexplained = tables_at_chance(tmp_out)
+            if unexplained:
+                failed = out.with_name(out.stem + ".failed.ipynb")
+                shutil.move(str(tmp_out), failed)
+                raise NotebookFailed(
+                    f"{notebook} [{name}]: {len(unexplained)} results tables show models below twice chance and do "
+                    f"not say why ({'; '.join(unexplained)}): train them longer at this scale, or pass "
+                    f"show_table(..., at_chance='why') where that is the finding; see {os.path.relpath(failed, ROOT)}")
             shutil.move(str(tmp_out), out)  # only a finished notebook replaces the old one
     finally:
         if env_before is None:

@@ -2,7 +2,7 @@
 
 Examples:
   python -m fedlib run --method fedavg fedproto fedpac --dataset fmnist --partition skew s=20 setting=1 \\
-      --clients 20 --scale book --seeds 0 1
+      --clients 20 --budget short --seeds 0 1
   python -m fedlib run --method fedgpa --hp mu=0.4 --set lr=0.05 rounds=30
   python -m fedlib run --method fedproto --dataset digits --engine flower   # through Flower's simulation runtime
   python -m fedlib list
@@ -53,7 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--partition", nargs="+", default=["skew", "s=20", "setting=1"], metavar="NAME [k=v ...]",
                      help="partition name followed by its parameters")
     run.add_argument("--clients", type=int, default=20, dest="num_clients")
-    run.add_argument("--scale", default="book", help="ci | book | paper (training budget)")
+    run.add_argument("--budget", default="short", help="smoke (2 rounds, 1 epoch) | short (10 rounds, 1 epoch) | "
+                     "full (the config as given); a chapter's ci/book/paper scales are the notebooks' parameter")
+    run.add_argument("--scale", default=None, help=argparse.SUPPRESS)   # refused with a pointer to --budget
     run.add_argument("--seeds", nargs="+", type=int, default=[0])
     run.add_argument("--hp", nargs="*", default=[], metavar="k=v", help="method hyperparameters")
     run.add_argument("--set", nargs="*", default=[], metavar="k=v", help="any other config field (lr, rounds, ...)")
@@ -90,6 +92,10 @@ def _parser() -> argparse.ArgumentParser:
         "--seeds", nargs="+", type=int, default=None, help="these seeds in every table (default: the paper's)"
     )
     rec.add_argument("--tables", nargs="+", default=None, help="only these tables (default: all, the headline first)")
+    tune = sub.add_parser("tune", help="choose a chapter's book-scale learning rate on a held-out split of the "
+                                       "training images; writes results/tuning/<chapter>.json")
+    tune.add_argument("chapters", nargs="+", help="chapters whose study names a TUNING run (pfedcspc, fedmate, fedprp)")
+    tune.add_argument("--lrs", nargs="+", type=float, default=None, help="the grid (default: 0.01 0.03 0.05 0.1)")
     sub.add_parser("list", help="methods, datasets, partitions, models and scales with their parameters")
     book = sub.add_parser("book", help="execute the notebooks of the manifest with papermill, then build the book")
     book.add_argument("--manifest", default="book/experiments.yml")
@@ -114,7 +120,7 @@ def cmd_list() -> None:
 
     from fedlib.data.partition import COMMON_PARAMS, PARTITIONERS
     from fedlib.data.sources import SOURCES
-    from fedlib.experiment import SCALES
+    from fedlib.experiment import BUDGETS
     from fedlib.methods import METHODS
     from fedlib.models import MODELS
 
@@ -133,13 +139,18 @@ def cmd_list() -> None:
         print(f"  {name:10s} {p.doc}; {params}")
     print("  (any)      " + "; ".join(f"{k}: {v}" for k, v in COMMON_PARAMS.items()))
     print("models:   " + ", ".join(MODELS))
-    print("scales:   " + "; ".join(f"{k}: {v or 'the config as given'}" for k, v in SCALES.items()))
+    print("budgets:  " + "; ".join(f"{k}: {v or 'the config as given'}" for k, v in BUDGETS.items())
+          + " (fedlib run --budget; a chapter's ci/book/paper scale is its notebook's `scale` parameter)")
 
 
 def cmd_run(args) -> int:
     from fedlib.experiment import DEFAULT_CACHE, make_config, run, summarize_runs, validate
     from fedlib.plots import results_table
 
+    if args.scale is not None:
+        raise ConfigError("--scale", args.scale, "no such option on the command line: a scale (ci, book, paper) is a "
+                                                 "chapter's budget, set by its notebook's `scale` parameter; "
+                                                 "use --budget smoke | short | full here")
     if args.download:
         import os
 
@@ -158,7 +169,7 @@ def cmd_run(args) -> int:
     hyper = _pairs(args.hp, "--hp")
     configs = [make_config(method=method, hyper=hyper_for(method, hyper, len(args.method) > 1), **base)
                for method in args.method]
-    configs = [cfg.with_scale(args.scale).updated(**settings) for cfg in configs]
+    configs = [cfg.with_budget(args.budget).updated(**settings) for cfg in configs]
     for cfg in configs:
         for seed in args.seeds:   # every run's config is checked before the first one trains
             validate(dataclasses.replace(cfg, seed=seed))
@@ -178,7 +189,7 @@ def cmd_run(args) -> int:
                     desc=f"{cfg.method} seed {s}") for s in args.seeds]
         records += runs
         rows[cfg.method] = (summarize_runs(runs), sum(r["wall_time_s"] for r in runs))
-    print(f"\n{args.dataset}, partition {partition}, {args.num_clients} clients, scale {args.scale} "
+    print(f"\n{args.dataset}, partition {partition}, {args.num_clients} clients, budget {args.budget} "
           f"(rounds {configs[0].rounds}, E {configs[0].local_epochs}), seeds {args.seeds}; "
           "last-round values, mean ± std over seeds")
     print(results_table(rows))
@@ -288,6 +299,23 @@ def cmd_records(args) -> int:
     return 1 if summary["failed"] else 0
 
 
+def cmd_tune(args) -> int:
+    import math
+
+    from fedlib.errors import check
+    from fedlib.studies import tuning
+
+    known = tuning.chapters()
+    for chapter in args.chapters:
+        check(chapter in known, "chapter", chapter, f"a chapter with a TUNING reference run: {', '.join(known)}")
+    grid = tuning.GRID if args.lrs is None else tuple(args.lrs)
+    for lr in grid:
+        check(math.isfinite(lr) and 0 < lr <= 10, "--lrs", lr, "learning rates above 0 and at most 10")
+    for chapter in args.chapters:
+        print(f"{chapter}: {tuning.summary(tuning.tune(chapter, grid))}")
+    return 0
+
+
 def book_builder():
     """The book's builder, ``book/build.py`` of the repository checkout this fedlib runs from (the book's
     notebooks and manifest are not part of the installed package)."""
@@ -314,6 +342,8 @@ def main(argv=None) -> int:
             return cmd_run(args)
         if args.command == "records":
             return cmd_records(args)
+        if args.command == "tune":
+            return cmd_tune(args)
         if args.command == "book":
             build_book = book_builder().build_book
 

@@ -30,7 +30,7 @@ def test_bad_input_is_one_line_without_traceback(capsys, argv, words):
 def test_run_prints_a_table(capsys, tmp_path):
     out_json = tmp_path / "r.json"
     code = main(["run", "--method", "fedavg", "fedgpa", "--dataset", "digits", "--partition", "dirichlet", "alpha=1",
-                 "--clients", "4", "--scale", "ci", "--seeds", "0", "1", "--cache", str(tmp_path), "--no-progress",
+                 "--clients", "4", "--budget", "smoke", "--seeds", "0", "1", "--cache", str(tmp_path), "--no-progress",
                  "--out", str(out_json)])
     assert code == 0
     out = capsys.readouterr().out
@@ -70,3 +70,15 @@ def test_records_refuses_bad_options_in_one_line(capsys, argv, words):
     assert main(["records", "fedgpa", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error:") and words in err and "Traceback" not in err
+
+
+def test_scale_is_a_chapters_word_the_command_line_takes_a_budget(capsys):
+    """`--scale book` once meant a generic budget unlike any chapter's book scale: it is refused with a pointer
+    to --budget, whose names cannot be mistaken for a chapter's scale."""
+    from fedlib.cli import main
+
+    assert main(["run", "--dataset", "digits", "--scale", "book", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "use --budget smoke | short | full" in err
+    assert main(["run", "--dataset", "digits", "--budget", "book", "--no-progress"]) == 2
+    assert "--budget='book' is not allowed: one of smoke, short, full" in capsys.readouterr().err

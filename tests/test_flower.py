@@ -99,7 +99,7 @@ def test_flower_simulation_gives_the_in_process_metrics(method, hyper, no_proces
 
 def test_command_line_engine_flower_writes_the_in_process_record(tmp_path, no_processes_left):
     args = ["run", "--method", "fedavg", "--dataset", "digits", "--partition", "dirichlet", "alpha=0.5", "--clients",
-            "4", "--scale", "ci", "--set", "batch_size=32", "lr=0.05", "--cache", "none", "--no-progress"]
+            "4", "--budget", "smoke", "--set", "batch_size=32", "lr=0.05", "--cache", "none", "--no-progress"]
     assert main([*args, "--out", str(tmp_path / "local.json")]) == 0
     assert main([*args, "--engine", "flower", "--out", str(tmp_path / "flower.json")]) == 0
     local, flower = (json.loads((tmp_path / f"{n}.json").read_text())[0] for n in ("local", "flower"))

@@ -95,3 +95,74 @@ def test_cells_below_twice_chance_are_marked_and_chance_is_stated():
     assert list(table.df["acc"]) == ["15.00 ± 1.00 (n=3) †", "55.00 (n=1)"]
     assert list(table.df["time / round"]) == ["3.00 (n=1)"] * 2
     assert "chance: 10% (a uniform guess over 10 classes); † below twice chance" in table.caption
+
+
+def test_a_book_scale_table_near_chance_fails_the_build_unless_it_says_why(tmp_path):
+    """The dagger marks a cell below twice chance; at book scale such a table carries a flag that
+    book/build.py turns into a failed notebook, unless the table gives a reason (``at_chance``); ci scale
+    (a code test) never flags."""
+    import importlib.util
+    import json
+
+    from fedlib.studies.report import ResultsTable
+
+    spec = importlib.util.spec_from_file_location("build", "book/build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    rows = [{"method": "A", "acc": "12.00 (n=1)"}, {"method": "B", "acc": "80.00 (n=1)"}]
+    flagged = ResultsTable(rows, scale="book", classes=10)._repr_html_()
+    explained = ResultsTable(rows, scale="book", classes=10, at_chance="the paper's point: it fails here")
+    trained = ResultsTable([rows[1]], scale="book", classes=10)._repr_html_()
+    ci = ResultsTable(rows, scale="ci", classes=10)._repr_html_()
+    assert "data-unexplained-chance='1'" in flagged
+    assert "data-unexplained-chance" not in explained._repr_html_() + trained + ci
+    assert "the paper's point: it fails here" in explained.caption
+
+    def notebook(*htmls):
+        path = tmp_path / f"nb{len(htmls)}.ipynb"
+        cells = [{"cell_type": "code", "outputs": [{"data": {"text/html": [h]}}]} for h in htmls]
+        path.write_text(json.dumps({"cells": [{"cell_type": "markdown", "source": []}, *cells]}))
+        return path
+
+    assert build.tables_at_chance(notebook(trained, flagged)) == ["code cell 2: 1 cells"]
+    assert build.tables_at_chance(notebook(trained, explained._repr_html_(), ci)) == []
+
+
+def test_every_chapter_states_its_settings_against_the_papers_with_a_reason_for_each_difference():
+    """hyperparameter_rows raises on a difference without a reason; at book scale the learning rate shown
+    is the one the committed tuning record chose (results/tuning/), and the scale's own value."""
+    import importlib
+
+    from fedlib.studies import tuning
+
+    for chapter in ("fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc"):
+        study = importlib.import_module(f"fedlib.studies.{chapter}")
+        for scale in ("ci", "book", "paper"):
+            rows = {r["setting"]: r for r in study.hyperparameters(scale)}
+            assert all(r["why they differ"] for r in rows.values() if r["here"] != r["paper's protocol"])
+            if scale == "paper":
+                assert all(r["here"] == r["paper's protocol"] for r in rows.values())
+        if hasattr(study, "TUNING"):
+            chosen = tuning.read(chapter)["chosen"]
+            assert study.reference_run("book").lr == chosen == study.SCALES["book"]["lr"]
+            assert rows_lr(study) == f"{chosen:g}"
+
+
+def rows_lr(study) -> str:
+    return next(r["here"] for r in study.hyperparameters("book") if r["setting"] == "learning rate")
+
+
+def test_each_table_names_the_record_file_of_every_run_and_the_command_that_recomputes_it(monkeypatch):
+    from fedlib import results
+    from fedlib.studies.report import CURRENT, ResultsTable
+
+    record = {"config": {"dataset": "fmnist", "num_clients": 2, "rounds": 1, "method": "fedgpa", "model": None},
+              "final": {}, "seed": 2, "key": "0123456789abcdef", "history": []}
+    monkeypatch.setitem(CURRENT, "chapter", "fedgpa")
+    monkeypatch.setattr(results, "path_of", lambda chapter, key: type("P", (), {"exists": lambda self: True})())
+    paper = ResultsTable([{"method": "FedGPA", "acc": "50.00 (n=1)"}], [record], "paper")._repr_html_()
+    assert "fedgpa, fmnist, seed 2: <code>results/fedgpa/0123456789abcdef.json</code>" in paper
+    assert "python -m fedlib records fedgpa" in paper
+    monkeypatch.setattr(results, "path_of", lambda chapter, key: type("P", (), {"exists": lambda self: False})())
+    book = ResultsTable([{"method": "FedGPA", "acc": "50.00 (n=1)"}], [record], "book")._repr_html_()
+    assert "<code>.fedlib-cache/0123456789abcdef.json</code>" in book and "fedlib book --config book" in book

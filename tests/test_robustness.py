@@ -16,7 +16,7 @@ from fedlib.data.sources import load_dataset
 from fedlib.errors import ConfigError, DataNotFoundError, TrainingDiverged
 from fedlib.experiment import build, make_config, run
 
-BASE = ["run", "--dataset", "digits", "--partition", "dirichlet", "alpha=0.5", "--clients", "4", "--scale", "ci",
+BASE = ["run", "--dataset", "digits", "--partition", "dirichlet", "alpha=0.5", "--clients", "4", "--budget", "smoke",
         "--no-progress"]
 DIGITS = dict(dataset="digits", partition={"name": "dirichlet", "alpha": 0.5}, num_clients=4, rounds=2,
               local_epochs=1, batch_size=32, lr=0.05)

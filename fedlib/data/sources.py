@@ -286,6 +286,31 @@ def register_composite(name: str, build: Callable[..., Dataset]) -> None:
     COMPOSITES[name] = build
 
 
+@functools.lru_cache(maxsize=4)
+def held_out(base: str, size: int = 10_000, seed: int = 0) -> Dataset:
+    """``base`` with a seeded ``size`` of its training images held out as the test set (its real test set
+    unused): the split on which the book's learning rates are chosen, never the test set they are reported on."""
+    data = load_dataset(base)
+    from fedlib.errors import check
+
+    check(0 < size < len(data.train_y), "data_options.size", size, f"between 1 and {len(data.train_y) - 1}")
+    order = torch.randperm(len(data.train_y), generator=torch.Generator().manual_seed(seed))
+    test, train = order[:size].sort().values, order[size:].sort().values
+    return Dataset(f"{base}-heldout", data.train_x[train], data.train_y[train], data.train_x[test],
+                   data.train_y[test], data.num_classes)
+
+
+def _held_out_of(base: str) -> Callable[..., Dataset]:
+    def build(size: int = 10_000, seed: int = 0) -> Dataset:
+        return held_out(base, size, seed)
+
+    return build
+
+
+for _base in ("fmnist", "mnist"):
+    register_composite(f"{_base}-heldout", _held_out_of(_base))
+
+
 def dataset_names() -> tuple[str, ...]:
     return tuple(SOURCES) + tuple(COMPOSITES)
 

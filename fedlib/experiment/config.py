@@ -19,12 +19,15 @@ from fedlib.errors import check, check_fields, check_type
 
 DEFAULT_CACHE = Path(os.environ.get("FEDLIB_CACHE", Path(__file__).resolve().parents[2] / ".fedlib-cache"))
 
-# Scales override the experiment's training budget; everything else stays as configured.
-SCALES: dict[str, dict[str, Any]] = {
-    "ci": {"rounds": 2, "local_epochs": 1},
-    "book": {"rounds": 10, "local_epochs": 1},
-    "paper": {},
+# The command line's budgets (``fedlib run --budget``) override an experiment's rounds and epochs; everything
+# else stays as configured. They are not the chapters' scales (ci, book, paper: each chapter's own budget).
+BUDGETS: dict[str, dict[str, Any]] = {
+    "smoke": {"rounds": 2, "local_epochs": 1},
+    "short": {"rounds": 10, "local_epochs": 1},
+    "full": {},
 }
+# the chapters' scales, each chapter's own budgets (fedlib.studies.grid.Scales)
+SCALES = ("ci", "book", "paper")
 
 
 @dataclass
@@ -136,11 +139,11 @@ class Config:
         return LocalTraining(self.local_epochs, self.batch_size, self.lr, self.optimizer, self.momentum,
                              self.weight_decay)
 
-    def with_scale(self, scale: str | None) -> Config:
-        if scale is None:
+    def with_budget(self, budget: str | None) -> Config:
+        if budget is None:
             return self
-        check(scale in SCALES, "scale", scale, f"one of {', '.join(SCALES)}")
-        return dataclasses.replace(self, **SCALES[scale])
+        check(budget in BUDGETS, "--budget", budget, f"one of {', '.join(BUDGETS)}")
+        return dataclasses.replace(self, **BUDGETS[budget])
 
 
 FIELDS = {f.name for f in dataclasses.fields(Config)} | set(FLAT_NAMES)

@@ -31,6 +31,9 @@ def open_chapter(name: str, scale: str, device: str = "cpu", executor: str = "se
     set_runtime(device, executor)
     pd.set_option("display.width", 160)
     _STARTED["chapter"] = time.time()
+    from fedlib.studies.report import CURRENT
+
+    CURRENT["chapter"] = name
     print(study.scale_summary(scale))
     if hasattr(study, "paper_tables"):
         from IPython.display import HTML, display

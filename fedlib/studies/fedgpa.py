@@ -351,6 +351,26 @@ def ablation_rows(runs: dict, scale: str) -> list[dict]:
              "paper (FMNIST)": ABLATION[name][1]} for name, recs in runs.items()]
 
 
+HYPER_REASONS: dict[str, str] = {}
+
+
+def reference_run(scale: str) -> Config:
+    """The run the hyperparameter table reads (the headline table's), at ``scale``."""
+    return config("fedgpa", 1, 20, scale)
+
+
+def hyperparameters(scale: str) -> list[dict]:
+    """This page's training settings against the paper's protocol, with the reason for each difference."""
+    from fedlib.studies.report import hyperparameter_rows
+    from fedlib.studies.tuning import read, summary
+
+    reasons = dict(HYPER_REASONS)
+    tuned = read(__name__.rsplit(".", 1)[1]) if "TUNING" in globals() else None
+    if tuned and scale == "book":
+        reasons["lr"] = summary(tuned)
+    return hyperparameter_rows(reference_run(scale), reference_run("paper"), reasons, scale)
+
+
 def protocol(scale: str) -> tuple[list[dict], str]:
     """The evaluation protocol per method (Tables 2, 4, 5: personalized accuracy on each client's local test)."""
     from fedlib.studies.report import protocol_rows

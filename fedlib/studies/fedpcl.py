@@ -276,6 +276,26 @@ def backbone_checks(data) -> tuple[list[dict], list[dict]]:
     return imagenet, digits
 
 
+HYPER_REASONS: dict[str, str] = {}
+
+
+def reference_run(scale: str) -> Config:
+    """The run the hyperparameter table reads (the headline table's), at ``scale``."""
+    return table2_grid(scale)[("m", "fedpcl")][0]
+
+
+def hyperparameters(scale: str) -> list[dict]:
+    """This page's training settings against the paper's protocol, with the reason for each difference."""
+    from fedlib.studies.report import hyperparameter_rows
+    from fedlib.studies.tuning import read, summary
+
+    reasons = dict(HYPER_REASONS)
+    tuned = read(__name__.rsplit(".", 1)[1]) if "TUNING" in globals() else None
+    if tuned and scale == "book":
+        reasons["lr"] = summary(tuned)
+    return hyperparameter_rows(reference_run(scale), reference_run("paper"), reasons, scale)
+
+
 def protocol(scale: str) -> tuple[list[dict], str]:
     """The evaluation protocol per method (Table 2: each client's model on its own domain's test images)."""
     from fedlib.studies.report import protocol_rows

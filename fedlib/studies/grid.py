@@ -13,7 +13,7 @@ RUNTIME = {"device": "cpu", "executor": "sequential"}
 
 
 class Scales(Mapping):
-    """A chapter's budget per scale: the scales of ``fedlib.experiment.SCALES`` ("ci", "book", "paper"), each a
+    """A chapter's budget per scale: ``fedlib.experiment.SCALES`` ("ci", "book", "paper"), each a
     dict with the same keys (checked when the chapter is imported). ``SCALES[name]`` of an unknown name raises
     a ``ConfigError`` that lists the scales."""
 

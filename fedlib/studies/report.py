@@ -116,6 +116,9 @@ def _cell(v) -> str:
     return str(v)
 
 
+# the chapter whose notebook is running (``chapter.open_chapter`` sets it): where its committed records live
+CURRENT: dict[str, str | None] = {"chapter": None}
+
 # columns of results tables that hold other numbers than accuracies (never marked against chance)
 NOT_ACCURACY = ("time", "s /", "s/", "param", "round", "comm", "upload", "sent", "second", "entropy", "weight",
                 "paper", "gap", "drop", "margin")
@@ -126,7 +129,7 @@ class ResultsTable:
     columns per part (wider tables are split, the first ``keys`` columns repeated), and a provenance line."""
 
     def __init__(self, table, records=(), scale: str = "", test_set: str = "", note: str = "",
-                 keys: int = 1, max_columns: int = 6, classes: int | None = None):
+                 keys: int = 1, max_columns: int = 6, classes: int | None = None, at_chance: str = ""):
         import pandas as pd
 
         df = table if isinstance(table, pd.DataFrame) else pd.DataFrame(table)
@@ -144,6 +147,7 @@ class ResultsTable:
         self.keys, self.max_columns = keys, max_columns
         self.caption = provenance_line(self.records, scale, test_set) if self.records else ""
         self.note = note
+        self.scale, self.at_chance, self.marked = scale, at_chance, 0
         self._mark_near_chance(classes)
 
     def _mark_near_chance(self, classes: int | None = None) -> None:
@@ -173,7 +177,10 @@ class ResultsTable:
             line = f"chance: {chance:.0f}% (a uniform guess over {classes} classes)"
             if marked:
                 line += f"; † below twice chance: at this budget that model barely trained ({marked} cells)"
+                if self.at_chance:
+                    line += f": {self.at_chance}"
             self.caption = f"{self.caption}; {line}" if self.caption else line
+        self.marked = marked
 
     def parts(self) -> list:
         cols = list(self.df.columns)
@@ -185,7 +192,38 @@ class ResultsTable:
         tables = "".join(part.to_html(index=False, escape=True, border=0, classes="results")
                          for part in self.parts())
         lines = "".join(f"<p class='provenance'>{html.escape(t)}</p>" for t in (self.note, self.caption) if t)
-        return f"<div class='results-table'>{tables}{lines}</div>"
+        # a book-scale table with cells near chance and no reason fails the book's build (book/build.py)
+        flag = f" data-unexplained-chance='{self.marked}'" if self.unexplained() else ""
+        return f"<div class='results-table'{flag}>{tables}{lines}{self.sources_html()}</div>"
+
+    def sources_html(self) -> str:
+        """From a number to its record: every record behind the table (method, data, seed: file) and the one
+        command that recomputes the table, folded under the table."""
+        if not self.records:
+            return ""
+        from fedlib import results
+
+        chapter = CURRENT["chapter"]
+        items = []
+        for r in self.records:
+            c = r["config"]
+            stored = chapter and results.path_of(chapter, r["key"]).exists()
+            path = f"results/{chapter}/{r['key']}.json" if stored else f".fedlib-cache/{r['key']}.json"
+            items.append(f"<li>{html.escape(str(c['method']))}, {html.escape(str(c['dataset']))}, seed {r['seed']}: "
+                         f"<code>{path}</code></li>")
+        if self.scale == "paper" and chapter:
+            command = (f"python -m fedlib records {chapter}: runs what is missing (delete a file under "
+                       f"results/{chapter}/ to recompute it)")
+        else:
+            command = (f"python -m fedlib book --config {self.scale or 'book'}: re-executes the chapter, reading "
+                       "cached runs (delete a file under .fedlib-cache/ to recompute it)")
+        return (f"<details class='records'><summary>the {len(items)} records behind this table and the command "
+                f"that recomputes it</summary><p><code>{html.escape(command)}</code></p><ul>{''.join(items)}</ul>"
+                "</details>")
+
+    def unexplained(self) -> bool:
+        """Book scale must train: cells below twice chance need a reason (``at_chance``)."""
+        return self.scale == "book" and self.marked > 0 and not self.at_chance
 
     def __repr__(self) -> str:
         text = "\n\n".join(part.to_string(index=False) for part in self.parts())
@@ -193,11 +231,12 @@ class ResultsTable:
 
 
 def show_table(table, records=(), scale: str = "", test_set: str = "", note: str = "", keys: int = 1,
-               max_columns: int = 6) -> None:
-    """Display a results table with its provenance (see ``ResultsTable``)."""
+               max_columns: int = 6, at_chance: str = "") -> None:
+    """Display a results table with its provenance (see ``ResultsTable``); ``at_chance``: why cells below twice
+    chance are the finding at this scale (without it such cells fail the book's build at book scale)."""
     from IPython.display import display
 
-    shown = ResultsTable(table, records, scale, test_set, note, keys, max_columns)
+    shown = ResultsTable(table, records, scale, test_set, note, keys, max_columns, at_chance=at_chance)
     display(shown)
 
 
@@ -398,6 +437,56 @@ def protocol_rows(configs: dict, reported: dict[str, str]) -> tuple[list[dict], 
     sets = "; ".join(f"{column}: {TEST_SETS[family_parts(family)[1]].description}" for column, family in
                      reported.items())
     return rows, f"test sets: {sets}"
+
+
+# ---------------------------------------------------------------------- hyperparameters: ours against the paper's
+HYPER_FIELDS = {"dataset": "data", "data_options": "data options", "model": "model", "partition": "partition",
+                "num_clients": "clients",
+                "fraction": "clients per round (share)", "rounds": "rounds", "local_epochs": "local epochs",
+                "batch_size": "batch", "optimizer": "optimizer", "lr": "learning rate", "momentum": "momentum",
+                "weight_decay": "weight decay", "hyper": "method hyperparameters",
+                "global_test_size": "balanced test images", "eval_every": "evaluated every (rounds)"}
+# why a smaller scale differs from the paper's protocol, unless a chapter says more (its ``HYPER_REASONS``)
+BUDGET = "the book's 30-minute budget on a 2-core CPU (paper scale keeps the paper's)"
+HYPER_REASONS = {"partition": "fewer images per client: " + BUDGET, "num_clients": BUDGET, "rounds": BUDGET,
+                 "local_epochs": BUDGET, "fraction": "more clients per round so that a few rounds see most clients",
+                 "hyper": "server-side and auxiliary schedules shortened with the rounds: " + BUDGET,
+                 "global_test_size": "a seeded subset of the test set: " + BUDGET,
+                 "data_options": "fewer images per domain: " + BUDGET,
+                 "eval_every": "when the model is evaluated (it changes no training)"}
+
+
+def _value(v) -> str:
+    if isinstance(v, dict):
+        name = v.get("name")
+        rest = ", ".join(f"{k}={x}" for k, x in v.items() if k != "name")
+        return f"{name} ({rest})" if name else (rest or "defaults")
+    if isinstance(v, float):
+        return f"{v:g}"
+    return "all" if v is None else _cell(v)
+
+
+def hyperparameter_rows(ours, paper, reasons: dict[str, str] | None = None, scale: str = "book") -> list[dict]:
+    """One row per training setting of ``HYPER_FIELDS``: ours (a Config at the page's ``scale``) against the
+    paper's protocol (the same run at paper scale) and, where they differ, why (``reasons`` over
+    ``HYPER_REASONS``; at ci scale every difference is the code test's). A difference without a reason raises
+    (tested for every chapter)."""
+    why = {**HYPER_REASONS, **(reasons or {})}
+    if scale == "ci":
+        why = {key: SCALE_MEANING["ci"] for key in HYPER_FIELDS}
+    mine, theirs = ours.flat(), paper.flat()
+    for cfg in (mine, theirs):
+        if cfg.get("model") is None:
+            from fedlib.models import DEFAULT_MODEL
+
+            cfg["model"] = f"{DEFAULT_MODEL.get(cfg['dataset'], 'cnn2')} (the data's default)"
+    rows = []
+    for key, label in HYPER_FIELDS.items():
+        a, b = _value(mine.get(key)), _value(theirs.get(key))
+        if a != b and not why.get(key):
+            raise ValueError(f"{label}: {a} here, {b} in the paper's protocol, and no reason given")
+        rows.append({"setting": label, "here": a, "paper's protocol": b, "why they differ": why[key] if a != b else ""})
+    return rows
 
 
 # ---------------------------------------------------------------------- where a chapter stands

@@ -1,0 +1,84 @@
+"""The book-scale learning rate of a chapter, chosen on a held-out split of the training images.
+
+A chapter's book budget is a few short rounds; the paper's learning rate, tuned for hundreds of rounds, can
+leave a model at chance there. Each chapter that retunes it names a reference run (``TUNING``: a method, the
+arguments of its ``config`` at book scale and the metric its headline table reads). Every rate of ``GRID`` trains
+that run on ``<dataset>-heldout`` (the dataset with 10,000 training images held out as the test set, its real
+test set unused); the best score wins (ties: the smaller rate; a run that diverges scores nothing). The answer is
+written to ``results/tuning/<chapter>.json`` and the chapter's hyperparameter table prints it.
+
+    python -m fedlib tune pfedcspc fedmate fedprp
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+GRID = (0.01, 0.03, 0.05, 0.1)
+ROOT = Path(__file__).resolve().parents[2] / "results" / "tuning"
+
+
+def chapters() -> list[str]:
+    """The chapters whose study declares a ``TUNING`` reference run."""
+    import pkgutil
+
+    import fedlib.studies as pkg
+
+    names = [m.name for m in pkgutil.iter_modules(pkg.__path__)]
+    return [n for n in names if hasattr(importlib.import_module(f"fedlib.studies.{n}"), "TUNING")]
+
+
+def reference_config(chapter: str, lr: float):
+    """The chapter's reference run at book scale on the held-out split, at learning rate ``lr``."""
+    study = importlib.import_module(f"fedlib.studies.{chapter}")
+    spec = study.TUNING
+    cfg = study.config(spec["method"], scale="book", **spec["args"])
+    return dataclasses.replace(cfg, dataset=f"{cfg.dataset}-heldout", lr=lr), spec["metric"]
+
+
+def tune(chapter: str, grid=GRID, root: Path | None = None, progress: bool = True) -> dict:
+    """Train the reference run at every rate of ``grid``; write and return the choice."""
+    from fedlib.errors import ConfigError, TrainingDiverged
+    from fedlib.experiment.records import code_version
+    from fedlib.experiment.runner import run
+
+    if chapter not in chapters():
+        raise ConfigError("chapter", chapter, f"a chapter with a TUNING reference run: {', '.join(chapters())}")
+    scores: dict[str, float | None] = {}
+    for lr in grid:
+        cfg, metric = reference_config(chapter, lr)
+        try:
+            scores[str(lr)] = float(run(cfg, progress=progress)["final"][metric])
+        except TrainingDiverged:
+            scores[str(lr)] = None
+    done = {lr: s for lr, s in scores.items() if s is not None}
+    if not done:
+        raise ConfigError("grid", list(grid), "at least one learning rate whose run does not diverge")
+    chosen = max(sorted(done, key=float), key=lambda lr: done[lr])   # max keeps the first (smallest) of ties
+    cfg, metric = reference_config(chapter, float(chosen))
+    study = importlib.import_module(f"fedlib.studies.{chapter}")
+    answer = {"chapter": chapter, "method": study.TUNING["method"], "metric": metric,
+              "dataset": cfg.dataset, "batch_size": cfg.batch_size, "rounds": cfg.rounds,
+              "scores": scores, "chosen": float(chosen), "code_version": code_version(),
+              "finished_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    folder = root or ROOT
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{chapter}.json").write_text(json.dumps(answer, indent=1) + "\n")
+    return answer
+
+
+def read(chapter: str, root: Path | None = None) -> dict | None:
+    """The committed choice of ``chapter`` (None when it was never tuned)."""
+    path = (root or ROOT) / f"{chapter}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def summary(answer: dict) -> str:
+    """One line: which run chose the rate, on what, with every score."""
+    scores = ", ".join(f"{lr}: {'diverged' if s is None else f'{100 * s:.1f}'}" for lr, s in answer["scores"].items())
+    return (f"lr {answer['chosen']} chosen on {answer['dataset']} (10,000 training images held out; the test set "
+            f"unused) by {answer['method']}'s {answer['metric']} after {answer['rounds']} rounds at batch "
+            f"{answer['batch_size']} (%: {scores}); `python -m fedlib tune {answer['chapter']}`")
