@@ -82,3 +82,45 @@ def test_scale_is_a_chapters_word_the_command_line_takes_a_budget(capsys):
     assert err.count("\n") == 1 and "use --budget smoke | short | full" in err
     assert main(["run", "--dataset", "digits", "--budget", "book", "--no-progress"]) == 2
     assert "--budget='book' is not allowed: one of smoke, short, full" in capsys.readouterr().err
+
+
+def _shell_commands(markdown: str) -> list[list[str]]:
+    """The commands of a page's ```bash blocks, continuation lines joined, comments dropped."""
+    import re
+    import shlex
+
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", markdown, re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(line, comments=True)
+            if words:
+                commands.append(words)
+    return commands
+
+
+def test_every_command_of_the_quick_start_and_readme_is_accepted_as_written():
+    """Each `python -m fedlib ...` line parses with the real parser (its subcommand, options and values);
+    each papermill line names an existing notebook and only parameters that notebook declares."""
+    import json
+    from pathlib import Path
+
+    import yaml
+
+    from fedlib.cli import _parser
+
+    root = Path(__file__).resolve().parents[1]
+    checked = 0
+    for page in ("book/quickstart.md", "README.md", "book/flower.md"):
+        for words in _shell_commands((root / page).read_text()):
+            if words[:3] == [".venv/bin/python", "-m", "fedlib"]:
+                _parser().parse_args(words[3:])   # SystemExit (a failing test) on an unknown option or value
+                checked += 1
+            elif words[0].endswith("papermill"):
+                notebook = json.loads((root / words[1]).read_text())
+                declared = "".join("".join(c["source"]) for c in notebook["cells"]
+                                   if "parameters" in c["metadata"].get("tags", []))
+                names = [words[i + 1] for i, w in enumerate(words) if w == "-p"]
+                names += [k for i, w in enumerate(words) if w == "-y" for k in yaml.safe_load(words[i + 1])]
+                assert all(f"{name} =" in declared for name in names), (page, words)
+                checked += 1
+    assert checked >= 8
