@@ -143,9 +143,19 @@ def test_every_chapter_states_its_settings_against_the_papers_with_a_reason_for_
             if scale == "paper":
                 assert all(r["here"] == r["paper's protocol"] for r in rows.values())
         if hasattr(study, "TUNING"):
-            chosen = tuning.read(chapter)["chosen"]
-            assert study.reference_run("book").lr == chosen == study.SCALES["book"]["lr"]
-            assert rows_lr(study) == f"{chosen:g}"
+            chosen, lr = tuning.read(chapter)["chosen"], study.reference_run("book").lr
+            assert lr == study.SCALES["book"]["lr"] and rows_lr(study) == f"{lr:g}"
+            assert lr == chosen or study.LR_OVERRIDE   # another rate than the record's needs a stated reason
+
+
+def test_a_book_learning_rate_other_than_the_tuned_one_needs_a_reason(monkeypatch):
+    import pytest
+
+    from fedlib.studies import fedprp
+
+    monkeypatch.setattr(fedprp, "LR_OVERRIDE", "")
+    with pytest.raises(ValueError, match="not the tuned 0.03 and no LR_OVERRIDE"):
+        fedprp.hyperparameters("book")
 
 
 def rows_lr(study) -> str:

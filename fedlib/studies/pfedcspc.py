@@ -334,14 +334,9 @@ def reference_run(scale: str) -> Config:
 
 def hyperparameters(scale: str) -> list[dict]:
     """This page's training settings against the paper's protocol, with the reason for each difference."""
-    from fedlib.studies.report import hyperparameter_rows
-    from fedlib.studies.tuning import read, summary
+    from fedlib.studies.tuning import chapter_hyperparameters
 
-    reasons = dict(HYPER_REASONS)
-    tuned = read(__name__.rsplit(".", 1)[1]) if "TUNING" in globals() else None
-    if tuned and scale == "book":
-        reasons["lr"] = summary(tuned)
-    return hyperparameter_rows(reference_run(scale), reference_run("paper"), reasons, scale)
+    return chapter_hyperparameters(__name__.rsplit(".", 1)[1], scale)
 
 
 def protocol(scale: str) -> tuple[list[dict], str]:

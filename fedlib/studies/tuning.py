@@ -82,3 +82,23 @@ def summary(answer: dict) -> str:
     return (f"lr {answer['chosen']} chosen on {answer['dataset']} (10,000 training images held out; the test set "
             f"unused) by {answer['method']}'s {answer['metric']} after {answer['rounds']} rounds at batch "
             f"{answer['batch_size']} (%: {scores}); `python -m fedlib tune {answer['chapter']}`")
+
+
+def chapter_hyperparameters(chapter: str, scale: str) -> list[dict]:
+    """A chapter's training settings at ``scale`` against the paper's protocol (``report.hyperparameter_rows``
+    on its ``reference_run``), with its ``HYPER_REASONS``; at book scale the learning rate's reason is the
+    committed tuning record, and a rate other than the record's choice needs the chapter's ``LR_OVERRIDE``."""
+    from fedlib.studies.report import hyperparameter_rows
+
+    study = importlib.import_module(f"fedlib.studies.{chapter}")
+    reasons = dict(study.HYPER_REASONS)
+    tuned = read(chapter) if hasattr(study, "TUNING") else None
+    ours = study.reference_run(scale)
+    if tuned and scale == "book":
+        reasons["lr"] = summary(tuned)
+        if ours.lr != tuned["chosen"]:
+            if not getattr(study, "LR_OVERRIDE", ""):
+                raise ValueError(f"{chapter}: book lr {ours.lr} is not the tuned {tuned['chosen']} and no LR_OVERRIDE "
+                                 "says why")
+            reasons["lr"] += f"; {study.LR_OVERRIDE}"
+    return hyperparameter_rows(ours, study.reference_run("paper"), reasons, scale)
