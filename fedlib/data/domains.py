@@ -29,7 +29,10 @@ from fedlib.errors import ConfigError, DataNotFoundError
 
 DOMAINS = ("mnist", "digits", "mnistm", "synth")
 DOMAIN_LABELS = {"mnist": "MNIST", "digits": "sklearn digits", "mnistm": "MNIST-M-style", "synth": "SynthDigits-style"}
-FONT_DIRS = ("/usr/share/fonts/truetype", "/usr/share/fonts/opentype")
+# the folders of exactly FONT_PACKAGES: fonts other packages add (chromium pulls fonts-liberation 1, for one)
+# must not change the data
+FONT_DIRS = ("/usr/share/fonts/truetype/dejavu", "/usr/share/fonts/truetype/liberation2",
+             "/usr/share/fonts/truetype/freefont", "/usr/share/fonts/opentype/urw-base35")
 FONT_PACKAGES = "fonts-dejavu-core fonts-liberation2 fonts-freefont-ttf fonts-urw-base35"
 
 
