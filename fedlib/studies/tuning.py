@@ -18,7 +18,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 GRID = (0.01, 0.03, 0.05, 0.1)
-ROOT = Path(__file__).resolve().parents[2] / "results" / "tuning"
+
+
+def _root() -> Path:
+    from fedlib import results
+
+    return results.RESULTS / "tuning"   # beside the chapters' records (FEDLIB_RESULTS moves both)
 
 
 def chapters() -> list[str]:
@@ -64,7 +69,7 @@ def tune(chapter: str, grid=GRID, root: Path | None = None, progress: bool = Tru
               "dataset": cfg.dataset, "batch_size": cfg.batch_size, "rounds": cfg.rounds,
               "scores": scores, "chosen": float(chosen), "code_version": code_version(),
               "finished_at": datetime.now(UTC).isoformat(timespec="seconds")}
-    folder = root or ROOT
+    folder = root or _root()
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{chapter}.json").write_text(json.dumps(answer, indent=1) + "\n")
     return answer
@@ -72,7 +77,7 @@ def tune(chapter: str, grid=GRID, root: Path | None = None, progress: bool = Tru
 
 def read(chapter: str, root: Path | None = None) -> dict | None:
     """The committed choice of ``chapter`` (None when it was never tuned)."""
-    path = (root or ROOT) / f"{chapter}.json"
+    path = (root or _root()) / f"{chapter}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
