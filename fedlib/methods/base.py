@@ -66,6 +66,11 @@ class Method:
     # Bump when a change of code alters this class's results: the cache key holds the versions
     # declared along the method's class hierarchy (``Method.versions``), so only its records recompute.
     version: ClassVar[int] = 1
+    # What travels (checked by the Flower engine, which refuses anything else): the keys of ``broadcast``'s
+    # and ``upload``'s dicts that this class adds; a method may send any key declared along its hierarchy
+    # (``Method.declared``)
+    broadcast_keys: ClassVar[tuple[str, ...]] = ("params",)
+    upload_keys: ClassVar[tuple[str, ...]] = ("params", "n")
 
     def __init__(self, **hyper):
         names = {f.name for f in dataclasses.fields(self.Hyper)}
@@ -76,6 +81,11 @@ class Method:
         self.hp = self.Hyper(**hyper)
         check_fields(self.hp, "hyper.")   # types first: validate() compares numbers
         self.hp.validate()
+
+    @classmethod
+    def declared(cls, kind: str) -> frozenset[str]:
+        """The keys a method may send: ``kind`` "broadcast" or "upload", declared along its class hierarchy."""
+        return frozenset(k for c in cls.__mro__ for k in c.__dict__.get(f"{kind}_keys", ()))
 
     @classmethod
     def versions(cls) -> dict[str, int]:
@@ -244,6 +254,7 @@ class PerClientAggregation:
 
 class GlobalPrototypes(Method):
     """Mixin: the server keeps global prototypes (and which classes have one) and sends them with the model."""
+    broadcast_keys: ClassVar[tuple[str, ...]] = ("protos", "present")
 
     def init_server(self, server, init):
         super().init_server(server, init)
@@ -258,6 +269,7 @@ class PrototypeSharing(GlobalPrototypes):
     """Shared by prototype methods: upload local prototypes, keep count-weighted global ones."""
 
     upload_variance: ClassVar[bool] = False  # also upload the within-client feature variance (FedPAC, FedGPA)
+    upload_keys: ClassVar[tuple[str, ...]] = ("protos", "counts", "variance")
 
     def upload(self, ctx, models, result):
         counts, protos, sq = self.local_statistics(ctx, models["local"])

@@ -14,6 +14,7 @@ sees the calibrated model (the paper calibrates once, after training: the last r
 Defaults: 2,000 virtual features per class, 10 epochs, batch 64, SGD lr 0.01 (the paper's M_c; epochs
 and lr are not stated there)."""
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -77,6 +78,8 @@ class CCVR(Method):
     label = "CCVR"
     paper = "Luo, Chen, Hu, Zhang, Liang & Feng, NeurIPS 2021"
     Hyper = CcvrHyper
+    broadcast_keys: ClassVar[tuple[str, ...]] = ("calibrated_head",)
+    upload_keys: ClassVar[tuple[str, ...]] = ("counts", "means", "covs")
 
     def allocation(self, num_classes, feature_dim, num_clients, model_bytes):
         """The virtual features of every class at once: float64 draws, their float32 copy and the labels."""

@@ -14,6 +14,7 @@ with the received global body and the server's re-trained classifier (W, b). The
 Reading: the clients' per-class gradient is taken over all their samples of the class (the official
 code averages 10 random batches of 32), so it carries no sampling noise."""
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -69,6 +70,8 @@ class CReFF(Method):
     label = "CReFF"
     paper = "Shang, Lu, Huang & Wang, IJCAI 2022"
     Hyper = CreffHyper
+    broadcast_keys: ClassVar[tuple[str, ...]] = ("syn_head",)
+    upload_keys: ClassVar[tuple[str, ...]] = ("grad_w", "grad_b", "has")
 
     def allocation(self, num_classes, feature_dim, num_clients, model_bytes):
         """The K x num_features federated features, float32, with their gradient."""

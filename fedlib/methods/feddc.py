@@ -12,6 +12,7 @@ baselines (the paper's average is uniform; they agree for equal sizes). Local st
 the experiment's momentum: with momentum 0.9 the update overstates the gradient tenfold and the correction
 diverged (NaN in round 4 at lr 0.03 on FMNIST)."""
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -40,6 +41,8 @@ class FedDC(Method):
     label = "FedDC"
     paper = "Gao, Xu, Li, Zhu, Zhang & Ye, CVPR 2022"
     Hyper = DcHyper
+    broadcast_keys: ClassVar[tuple[str, ...]] = ("correction",)
+    upload_keys: ClassVar[tuple[str, ...]] = ("correction",)
 
     def init_server(self, server, init):
         super().init_server(server, init)

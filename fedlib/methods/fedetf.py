@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -84,6 +85,7 @@ class FedETF(Method):
     Hyper = EtfHyper
     shared = PARTS + (EXTRA,)        # encoder, projector and the temperature beta
     personalized = True              # clients are evaluated after their local adaptation
+    broadcast_keys: ClassVar[tuple[str, ...]] = ("etf",)
 
     def init_server(self, server, init):
         super().init_server(server, init)

@@ -16,6 +16,7 @@ engine's optimiser step, so calibration comes first in each batch (the same alte
 half a step). The anchor update uses the class means of the client's training data after training
 (an eval-mode pass) instead of running means over the last epoch."""
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,8 @@ class FedFA(Method):
     label = "FedFA"
     paper = "Zhou, Zhang & Tsang, IEEE TMC 2023"
     Hyper = FaHyper
+    broadcast_keys: ClassVar[tuple[str, ...]] = ("anchors",)
+    upload_keys: ClassVar[tuple[str, ...]] = ("anchors", "counts")
 
     def init_server(self, server, init):
         super().init_server(server, init)

@@ -10,6 +10,7 @@ locally and uploads. L_i is the loss on a held-out 20% of the client's data. The
 affinity of i for n. No global model. Defaults: M = 5, epsilon 0.3 decaying by 0.05 per round (a
 reading: the paper anneals epsilon without stating the schedule)."""
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -55,6 +56,8 @@ class FedFomo(Method):
     personalized = True
     has_global_model = False
     validation_fraction = 0.2
+    broadcast_keys: ClassVar[tuple[str, ...]] = ("candidates", "candidate_ids")
+    upload_keys: ClassVar[tuple[str, ...]] = ("fomo_ids", "fomo_weights")
 
     def allocation(self, num_classes, feature_dim, num_clients, model_bytes):
         """Every client receives ``models`` of the others' models each round (at most all of them)."""

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -154,6 +155,8 @@ class FedMate(PrototypeSharing):
     has_global_model = True   # the global extractor with the global classifier (never reported by the paper)
 
     # ------------------------------------------------------------------ server
+    broadcast_keys: ClassVar[tuple[str, ...]] = ("global_head",)
+    upload_keys: ClassVar[tuple[str, ...]] = ("head",)
     def init_server(self, server, init):
         super().init_server(server, init)
         server.state["body_fresh"] = True       # round 0: everyone starts from the same extractor

@@ -6,6 +6,7 @@ sum_j a_ij head_j with a_i = argmin a^T (diag(v) + D_i) a on the simplex, where
 D_i[j1, j2] = sum_k (h_ik - h_j1k).(h_ik - h_j2k), h_jk = p_j(k) * C_j^(k) and v_j the feature
 variance of client j. A client whose matrix is not PSD keeps its own head."""
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -57,6 +58,7 @@ class FedPAC(PerClientAggregation, PrototypeSharing):
     personalized = True
     has_global_model = False
     upload_variance = True
+    upload_keys: ClassVar[tuple[str, ...]] = ("head",)
 
     def local_phases(self, ctx):
         return [Phase(trainable=("head",), epochs=self.hp.head_epochs, loss=ce_loss),

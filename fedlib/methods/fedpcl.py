@@ -23,6 +23,7 @@ Eq. 10 with the positive prototype also in the denominators of Eq. 8-9 (the Info
 each term below by 0; as printed, a term can fall to about -2/tau.
 """
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -64,6 +65,7 @@ class FedPCL(PrototypeSharing):
     shared = ()
     personalized = True
     has_global_model = False
+    broadcast_keys: ClassVar[tuple[str, ...]] = ("local_sets",)
 
     def init_server(self, server, init):
         super().init_server(server, init)

@@ -52,6 +52,7 @@ Readings where the paper is ambiguous (spec ../shared/specs/fedprp.md, ambiguiti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -167,6 +168,7 @@ class FedPRP(GlobalPrototypes):
     has_global_model = True       # the global body with the global prototypes (A_glo)
     prediction_variants = ("logits", "global_protos", "restricted")
     version = 2   # eps fixed at eps_init by default (A4); version 1 trained it
+    upload_keys: ClassVar[tuple[str, ...]] = ("protos", "counts")
 
     def __init__(self, **hyper):
         super().__init__(**hyper)

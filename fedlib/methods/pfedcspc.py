@@ -22,6 +22,7 @@ Switches for the ablations (Tables IV-V): ``prototypes`` ("cpm" | "tpg" = one cl
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -91,6 +92,8 @@ class PFedCSPC(TrainedModelIsPersonal):
     paper = "Meng, Qi, Wu, Du, Li, Cui & Meng, IEEE TNNLS 2025"
     Hyper = CspcHyper
     prediction_variants = ("net",)     # the global model without the knowledge prediction (Table IV's KP row)
+    broadcast_keys: ClassVar[tuple[str, ...]] = ("protos", "present", "exemplars", "exemplar_mask")
+    upload_keys: ClassVar[tuple[str, ...]] = ("protos", "proto_labels")
 
     def __init__(self, **hyper):
         super().__init__(**hyper)

@@ -4,6 +4,8 @@ The corrected step w <- w - lr (g - c_i + c) is the gradient of CE + <w, c - c_i
 correction is stated as a loss term. Server: x = sample-size weighted average of the clients'
 models (global lr 1), c <- c + (1/N) sum_i delta c_i.
 """
+from typing import ClassVar
+
 import torch
 
 from fedlib.aggregate import weighted_average
@@ -17,6 +19,8 @@ class Scaffold(Method):
     name = "scaffold"
     label = "SCAFFOLD"
     paper = "Karimireddy et al., ICML 2020"
+    broadcast_keys: ClassVar[tuple[str, ...]] = ("control",)
+    upload_keys: ClassVar[tuple[str, ...]] = ("delta_control",)
 
     def init_server(self, server, init):
         super().init_server(server, init)
