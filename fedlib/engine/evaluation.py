@@ -181,10 +181,9 @@ class Evaluator:
             return [fed.clients[i] for i in fed.last_participants]
         return fed.clients
 
-    def personal_models(self, t: int, clients) -> tuple[list[dict], list[ClientContext]]:
-        """Every client's model as it would use it now (after its evaluation-time adaptation)."""
+    def personal_models(self, t: int, tasks: list[ClientTask]) -> tuple[list[dict], list[ClientContext]]:
+        """Each task's client model as the client would use it now (after its evaluation-time adaptation)."""
         fed, method = self.fed, self.fed.method
-        tasks = [fed.task(c, t) for c in clients]
         ctxs = [fed.context(task) for task in tasks]
         params = [method.eval_params(ctx) for ctx in ctxs]
         phase = method.finetune_phase() or self.finetune
@@ -207,40 +206,89 @@ class Evaluator:
             return weighted_average([network_params(p) for p in personal_params], [1.0] * len(personal_params))
         return None
 
+    def wants_personal(self) -> bool:
+        """Whether the client families use each client's own model (personalized or fine-tuned)."""
+        return bool((self.fed.method.personalized or self.finetune)
+                    and any(f.startswith("personal_") for f in self.families))
+
+    def plan(self, has_global: bool, shared_global: bool) -> dict[str, tuple[str, str]]:
+        """How each family is computed: {family: (where, model)} with where "server" (the global model on a
+        shared test set), "clients" (on each client: its own model, or the global model on its own test set)
+        or "same" (a personal family that repeats the global one: the method has no personal models)."""
+        plan: dict[str, tuple[str, str]] = {}
+        personal = self.wants_personal()
+        for family in self.families:
+            model, test_set = family_parts(family)
+            if self.test_indices(test_set) is None:
+                continue
+            shared = TEST_SETS[test_set].shared
+            if model == "personal" and personal:
+                plan[family] = ("clients", "personal")
+            elif not has_global or (model == "personal" and not shared_global):
+                continue
+            elif model == "personal" and f"global_{test_set}" in plan:
+                plan[family] = ("same", "global")
+            elif shared:
+                plan[family] = ("server", "global")
+            else:
+                plan[family] = ("clients", "global")
+        return plan
+
+    def client_confusions(self, t: int, tasks: list[ClientTask], jobs: dict[str, str], gparams,
+                          anon: ClientContext, personal=None) -> dict[str, list[dict]]:
+        """{family: [per task {variant: confusion}]} for the client families ``jobs`` ({family: model}): what
+        runs where a client's model and test set are (this process, or the client's Flower node).
+        ``personal``: ``personal_models`` of the tasks when already computed."""
+        if personal is None and "personal" in jobs.values():
+            personal = self.personal_models(t, tasks)
+        out: dict[str, list[dict]] = {}
+        for family, model in jobs.items():
+            indices = self.test_indices(family_parts(family)[1])
+            shared = TEST_SETS[family_parts(family)[1]].shared
+            if model == "personal":
+                assert personal is not None
+                out[family] = [self._confusions(p, indices if shared else indices[c.client_id], c)
+                               for p, c in zip(*personal)]
+            else:
+                out[family] = [self._confusions(gparams, indices[task.client_id], anon) for task in tasks]
+        return out
+
     def __call__(self, t: int) -> tuple[dict, dict]:
         fed, method = self.fed, self.fed.method
         clients = self.evaluated_clients()
         anon = fed.anonymous_context(t)
-        # whose models: every client's own (personalized or fine-tuned), else the global model stands for them
+        personal_wanted = self.wants_personal()
+        # a client model is evaluated with what the server would send it now; the global model needs only ids
+        tasks = [fed.task(c, t) if personal_wanted else ClientTask(c.id, t, {}, {}, {}) for c in clients]
+        # where clients' models and test sets live elsewhere (a node-local Flower deployment), the executor
+        # computes the client families there and returns only confusion counts
+        remote = getattr(fed.executor, "client_confusions", None)
         personal = None
-        if (method.personalized or self.finetune) and any(f.startswith("personal_") for f in self.families):
-            personal = self.personal_models(t, clients)
+        if self.average_global and personal_wanted and not method.has_global_model:
+            if remote is not None:
+                raise ConfigError("average_global", True, "False where clients keep their models on their own "
+                                  "nodes (the average would need every client's model on the server)")
+            personal = self.personal_models(t, tasks)
         gparams = self.global_model(personal[0] if personal else None)
-        shared_global = gparams is not None and method.has_global_model
+        plan = self.plan(gparams is not None, gparams is not None and method.has_global_model)
+        jobs = {family: model for family, (where, model) in plan.items() if where == "clients"}
         per_family: dict[str, list[dict]] = {}
-        for family in self.families:
-            model, test_set = family_parts(family)
-            indices = self.test_indices(test_set)
-            if indices is None:
-                continue
-            shared = TEST_SETS[test_set].shared
-            if model == "global" or personal is None:
-                if gparams is None or (model == "personal" and not shared_global):
-                    continue
-                if model == "personal" and f"global_{test_set}" in per_family:   # the same numbers again
-                    same = per_family[f"global_{test_set}"]
-                    per_family[family] = same * len(clients) if shared else same
-                elif shared and model == "global":
-                    per_family[family] = [self._confusions(gparams, indices, anon)]
-                else:
-                    per_family[family] = [self._confusions(gparams, indices if shared else indices[c.id], anon)
-                                          for c in clients]
+        if jobs:
+            if remote is not None:
+                per_family.update(remote(t, tasks, jobs, gparams, anon))
             else:
-                params, ctxs = personal
-                per_family[family] = [self._confusions(p, indices if shared else indices[c.client_id], c)
-                                      for p, c in zip(params, ctxs)]
+                per_family.update(self.client_confusions(t, tasks, jobs, gparams, anon, personal))
+        for family, (where, _) in plan.items():   # in family order: global ones before the personal copies
+            test_set = family_parts(family)[1]
+            if where == "server":
+                one = self._confusions(gparams, self.test_indices(test_set), anon)
+                per_family[family] = [one] if family.startswith("global_") else [one] * len(clients)
+            elif where == "same":
+                same = per_family[f"global_{test_set}"]
+                per_family[family] = same * len(clients) if TEST_SETS[test_set].shared else same
         conf: dict[str, list] = {}
-        for family, per_model in per_family.items():
+        for family in plan:
+            per_model = per_family[family]
             for variant in per_model[0] if per_model else ():
                 conf[family if variant is None else f"{family}@{variant}"] = [c[variant] for c in per_model]
         ev = Evaluation(conf, fed.data.train_counts)

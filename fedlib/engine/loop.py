@@ -112,11 +112,14 @@ class Federation:
         """A client's context in this process (evaluation, tests)."""
         return self.setup.context(task, self.trainer)
 
-    def anonymous_context(self, t: int) -> ClientContext:
-        """The context the global model is evaluated in: no client, what the server sends anyone."""
+    def anonymous_context(self, t: int, received: dict | None = None) -> ClientContext:
+        """The context the global model is evaluated in: no client, what the server sends anyone (``received``:
+        that message as a node got it)."""
+        if received is None:
+            received = self.method.broadcast(self.server, None)
         return ClientContext(client_id=None, round=t, rounds=self.rounds, seed=derived_seed(self.seed, t, 2 ** 31),
                              num_classes=self.data.num_classes, lr=self.setup.lr,
-                             received=own_copy(self.method.broadcast(self.server, None)), state={}, model=None,
+                             received=own_copy(received), state={}, model=None,
                              counts=None, size=None, labels=None, forward=self.trainer.forward)
 
     # ------------------------------------------------------------------ one round
@@ -320,3 +323,9 @@ def remove_checkpoint(checkpoint: Path) -> None:
 
     checkpoint.unlink(missing_ok=True)
     shutil.rmtree(shard_folder(checkpoint), ignore_errors=True)
+    shutil.rmtree(node_folder(checkpoint), ignore_errors=True)
+
+
+def node_folder(checkpoint: Path) -> Path:
+    """Where the clients' own nodes keep their private state in a rehearsal on one machine (Flower)."""
+    return checkpoint.with_name(checkpoint.name + ".nodes")
