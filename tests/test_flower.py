@@ -18,6 +18,7 @@ from fedlib.errors import ConfigError  # noqa: E402
 from fedlib.experiment import make_config, run, validate  # noqa: E402
 from fedlib.flower import ClientFailed, simulate  # noqa: E402
 from fedlib.flower.codec import UnsendableValue, from_records, to_records  # noqa: E402
+from fedlib.methods import METHODS  # noqa: E402
 
 pytestmark = pytest.mark.slow   # Ray clusters: tens of seconds each
 
@@ -84,17 +85,129 @@ def test_messages_round_trip_through_flower_records():
         to_records({"ids": {1, 2}}, "upload")
 
 
-@pytest.mark.parametrize("method, hyper", [("fedproto", {}), ("fedgpa", {"mu": 0.4})])
-def test_flower_simulation_gives_the_in_process_metrics(method, hyper, no_processes_left):
+ENVELOPES = {("to node", "query"): set(), ("from node", "query"): {"clients"},
+             ("to node", "train"): {"round", "tasks"}, ("from node", "train"): {"results", "diverged"},
+             ("to node", "evaluate"): {"round", "tasks", "jobs", "global", "anonymous"},
+             ("from node", "evaluate"): {"confusions"}}
+PRIVATE_NAMES = {"state", "model", "models", "personal", "x", "y", "features", "labels", "data"}
+
+
+def audit(wire: list, method_cls, cfg) -> dict:
+    """Every message of a run holds only its envelope's keys, the method's declared broadcast and upload keys,
+    no private name at any depth, and no tensor with a per-sample dimension (a client's number of training or
+    test samples); returns the number of messages of each kind."""
+    from fedlib.engine.core import LocalResult
+    from fedlib.experiment import build
+
+    fed = build(cfg)
+    sizes = {int(len(i)) for i in fed.setup.train_idx} | {int(len(i)) for i in fed.data.test_idx}
+    weights = {d for p in fed.trainer.model.parameters() for d in p.shape}
+    per_sample = sizes - weights
+    broadcast, upload = method_cls.declared("broadcast"), method_cls.declared("upload")
+    counts: dict = {}
+
+    def walk(obj, where):
+        if isinstance(obj, dict):
+            for k, v in obj.items():
+                assert k not in PRIVATE_NAMES, f"{where} holds a key {k!r}"
+                walk(v, f"{where}.{k}")
+        elif isinstance(obj, (list, tuple)):
+            for i, v in enumerate(obj):
+                walk(v, f"{where}[{i}]")
+        elif isinstance(obj, (torch.Tensor, np.ndarray)):
+            assert not per_sample & set(obj.shape), f"{where} has a per-sample dimension: shape {tuple(obj.shape)}"
+
+    for direction, kind, _node, content in wire:
+        counts[(direction, kind)] = counts.get((direction, kind), 0) + 1
+        assert set(content) == ENVELOPES[(direction, kind)], (direction, kind, set(content))
+        for task in content.get("tasks", []) if direction == "to node" else []:
+            assert set(task) == {"client_id", "received", "trained_in"}
+            assert set(task["received"]) <= broadcast
+            walk(task["received"], "received")
+        for r in content.get("results", []):
+            assert set(r) == {"client_id", "upload", "result"}
+            assert set(r["upload"]) <= upload and set(r["result"]) == {f.name for f in dataclasses.fields(LocalResult)}
+            walk(r["upload"], "upload")
+        for family, per_client in content.get("confusions", {}).items():
+            K = fed.data.num_classes
+            assert all(c.shape == (K, K) and c.dtype.kind in "iu" for v in per_client for c in v.values()), family
+        walk(content.get("global"), "global model")
+        walk(content.get("anonymous"), "anonymous broadcast")
+    return counts
+
+
+# the issue's six methods: FedAvg; SCAFFOLD (a private control variate); Ditto (a private personal model);
+# FedProto, FedPAC and FedGPA (prototype methods; FedGPA keeps a personal model)
+@pytest.mark.parametrize("method, hyper", [("fedavg", {}), ("scaffold", {}), ("ditto", {}), ("fedproto", {}),
+                                           ("fedpac", {}), ("fedgpa", {"mu": 0.4})])
+def test_flower_simulation_gives_the_in_process_records_and_sends_nothing_private(method, hyper, no_processes_left):
+    from fedlib.flower import apps
+
     cfg = digits_config(method, **hyper)
     local = run(cfg, cache_dir=None, progress=False)
-    flower = run(dataclasses.replace(cfg, engine="flower"), cache_dir=None, progress=False)
+    apps.WIRE_TAP = []
+    try:
+        flower = run(dataclasses.replace(cfg, engine="flower"), cache_dir=None, progress=False)
+        wire = apps.WIRE_TAP
+    finally:
+        apps.WIRE_TAP = None
     assert flower["engine"] == "flower" and flower["executor"] == "flower" and local["engine"] == "inprocess"
     assert len(flower["history"]) == len(local["history"]) == 2
     for a, b in zip(local["history"], flower["history"]):
         assert_same_metrics(a, b)
+    assert_same_metrics(local["final"], flower["final"], where="final")
     assert flower["key"] == local["key"]   # the engine does not change the result: same cache entry
+    counts = audit(wire, METHODS[method], cfg)
+    nodes = cfg.num_clients   # one virtual node per client: one message per node and step
+    assert counts == {("to node", "query"): nodes, ("from node", "query"): nodes,
+                      ("to node", "train"): 2 * nodes, ("from node", "train"): 2 * nodes,
+                      ("to node", "evaluate"): 2 * nodes, ("from node", "evaluate"): 2 * nodes}
     assert no_processes_left()
+
+
+def test_a_node_holds_several_clients(no_processes_left):
+    """Two virtual nodes for four clients (node p holds clients p and p + 2): the same records, one message per
+    node and round."""
+    from fedlib.flower import apps
+
+    cfg = digits_config("ditto")
+    local = run(cfg, cache_dir=None, progress=False)
+    apps.WIRE_TAP = []
+    try:
+        fed = simulate(dataclasses.replace(cfg, engine="flower"), nodes=2, timeout=120)
+        wire = apps.WIRE_TAP
+    finally:
+        apps.WIRE_TAP = None
+    for a, b in zip(local["history"], fed.history):
+        assert_same_metrics(a, b)
+    trains = [content for direction, kind, _, content in wire if (direction, kind) == ("to node", "train")]
+    assert len(trains) == 4 and sorted(len(c["tasks"]) for c in trains) == [2, 2, 2, 2]
+    assert sorted(sorted(t["client_id"] for t in c["tasks"]) for c in trains[:2]) == [[0, 2], [1, 3]]
+    assert no_processes_left()
+
+
+def test_node_config_names_the_clients_a_node_holds():
+    from fedlib.flower.apps import held_clients
+
+    assert held_clients({"clients": "3,7"}, 10) == [3, 7]
+    assert held_clients({"clients": "0-2, 9"}, 10) == [0, 1, 2, 9]
+    assert held_clients({"partition-id": 1, "num-partitions": 3}, 8) == [1, 4, 7]
+    with pytest.raises(ConfigError, match="ids from 0 to 9"):
+        held_clients({"clients": "3,12"}, 10)
+    with pytest.raises(ConfigError, match="client ids such as"):
+        held_clients({"clients": "three"}, 10)
+    with pytest.raises(ConfigError, match="clients='<ids>'"):
+        held_clients({}, 10)
+
+
+def test_an_undeclared_key_is_refused_before_it_travels():
+    from fedlib.flower.apps import UndeclaredKey, check_declared
+    from fedlib.methods import make_method
+
+    method = make_method("fedproto")
+    check_declared(method, "upload", {"protos": 1, "counts": 2}, 0)
+    with pytest.raises(UndeclaredKey, match=r"fedproto's upload to/from client 3 holds \['features'\]"):
+        check_declared(method, "upload", {"protos": 1, "features": 2}, 3)
 
 
 def test_command_line_engine_flower_writes_the_in_process_record(tmp_path, no_processes_left):
@@ -112,13 +225,15 @@ def test_command_line_engine_flower_writes_the_in_process_record(tmp_path, no_pr
 def test_a_client_that_raises_stops_the_run_with_its_error(no_processes_left):
     from flwr.clientapp import ClientApp
 
-    from fedlib.flower.apps import RUN, train
+    from fedlib.flower.apps import RUN, evaluate, query, train
 
     faulty = ClientApp()
+    faulty.query()(query)
+    faulty.evaluate()(evaluate)
 
     @faulty.train()
     def fail_for_client_one(msg, context):
-        if from_records(msg.content)["client_id"] == 1:
+        if [t["client_id"] for t in from_records(msg.content)["tasks"]] == [1]:
             raise RuntimeError("disk full on client 1")
         assert RUN in msg.content.config_records
         return train(msg, context)
@@ -153,12 +268,13 @@ def test_nan_on_a_node_reads_as_it_does_in_process(no_processes_left):
 def test_a_signal_stops_a_flower_run_within_seconds_and_it_resumes(signum, resume, tmp_path, no_processes_left):
     """Ctrl-C or SIGTERM after round 1 (one handler serves both): the run ends in seconds with KeyboardInterrupt
     (the command line's resume message) and leaves no Ray or Flower process; the same call resumes from the
-    checkpoint to the records of an uninterrupted run (checked once: the resume does not depend on the signal)."""
+    checkpoint to the records of an uninterrupted run, Ditto's personal models read back from the nodes' state folder
+    (checked once: the resume does not depend on the signal)."""
     import os
     import signal
     import time
 
-    cfg = dataclasses.replace(digits_config("fedavg"), engine="flower", rounds=3)
+    cfg = dataclasses.replace(digits_config("ditto"), engine="flower", rounds=3)   # private personal models
     sent = {}
 
     def signal_after_round_one(fed, t):

@@ -94,8 +94,9 @@ def stoppable():
 
 def simulate(cfg, *, checkpoint=None, progress: bool = False, desc: str = "", callbacks=(), nodes: int | None = None,
              cpus: int | None = None, timeout: float | None = 600.0, verbose: bool = False, client=None):
-    """Run ``cfg`` with its clients on ``nodes`` virtual Flower nodes (default: one per client) executed by
-    a Ray cluster of ``cpus`` CPUs (default: all), one CPU per client at a time; returns the Federation.
+    """Run ``cfg`` with its clients on ``nodes`` virtual Flower nodes (default: one per client; node p of n
+    holds the clients i with i mod n = p, their data, models and private state) executed by a Ray cluster of
+    ``cpus`` CPUs (default: all), one CPU per node at a time; returns the Federation.
 
     ``timeout``: seconds a round's clients may take before the run stops with ``ClientFailed``.
     ``client``: a ClientApp to use instead of fedlib's (e.g. one with Flower mods around ``apps.train``).

@@ -1,17 +1,24 @@
-"""A fedlib experiment as a Flower ServerApp and ClientApp.
+"""A fedlib experiment as a Flower ServerApp and ClientApp, with each client's data, private state and
+evaluation on the node that holds it.
 
 The ServerApp runs fedlib's one round loop (``Federation.run``: sampling, the method's broadcast and
-aggregate hooks, evaluation, checkpoints) with a cohort executor that hands each client's task to a
-Flower node and waits for its result: the round logic is not copied. The ClientApp runs the client
-side of fedlib (``local_update``: the method's receive, local phases, upload) on the task it is sent.
+aggregate hooks, evaluation, checkpoints) with a cohort executor that hands the round's clients to the
+nodes that hold them: the round logic is not copied. The ClientApp runs the client side of fedlib
+(``local_update``: receive, local phases, upload) for the clients of its node.
 
-What travels (as Flower records, see ``codec``): server -> node, the client task (client id, round,
-what the method's broadcast sent this client, the client's state and model) and the experiment's
-config; node -> server, the client's upload, trained models, state and losses. Each node builds
-the experiment's data partition from the config (deterministic in the seed), so no data is sent.
-A node is a worker that can train any client: client ``i`` goes to node ``i mod (number of nodes)``.
-Between rounds the engine keeps each client's state and sends it with its task, as the ``process``
-executor does; server hooks still see only uploads (the engine's seam).
+Which node holds which client: a SuperNode started with ``--node-config "clients='3,7'"`` holds clients 3
+and 7; in Flower's simulation runtime node ``p`` of ``n`` (its ``partition-id``) holds the clients ``i`` with
+``i mod n = p``. The server asks every node once (a ``query`` message) and sends a client's tasks only to
+its holder. A node builds its clients' data from the config (the rehearsal: the built-in datasets'
+partition; a deployment's node reads the same files from its own storage).
+
+What travels (as Flower records, ``codec``), per node and round: server -> node, its clients' ids and what
+the method's broadcast sent each (checked against the method's declared ``broadcast_keys``); node -> server,
+each client's upload (checked against ``upload_keys``) and its loss and step counts. A client's model and
+private state (Ditto's personal model, SCAFFOLD's control variate, FedGPA's personal model) stay in the
+node's ``Context.state`` and never leave it; the server keeps only the round each client last trained in.
+Evaluation on the clients' local test sets runs on the nodes (an ``evaluate`` message: the client families
+the metric sets need, the global model where one is evaluated there); only confusion counts come back.
 """
 from __future__ import annotations
 
@@ -21,22 +28,32 @@ import os
 import re
 import threading
 import time
+from pathlib import Path
 
-from flwr.app import ConfigRecord, Context, Message
+import torch
+from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
-from fedlib.engine.client import Adaptation, ClientResult, ClientTask, local_update
-from fedlib.engine.core import LocalResult
-from fedlib.errors import ClientFailed, TrainingDiverged
-from fedlib.flower.codec import from_records, to_records
+from fedlib.engine.client import ClientResult, ClientTask, local_update
+from fedlib.engine.core import ClientContext, LocalResult
+from fedlib.errors import ClientFailed, ConfigError, TrainingDiverged
+from fedlib.flower.codec import TENSORS, TREE, from_records, to_records
 
 RUN = "fedlib.run"
-PURPOSES = ("update", "adapt")   # a round's local update | evaluation-time adaptation (FedAvg-FT, FedBABU)
-
+TRAINED_IN = "fedlib.trained_in"     # the server's receipt in a client's slot: the round it last trained in
+PRIVATE = "fedlib.client"            # prefix of a client's private slot in its node's Context.state
 
 # set by ``simulate``'s signal handlers (Ctrl-C, SIGTERM): the ServerApp's thread stops at its next poll
 STOP = threading.Event()
+
+# ``WIRE_TAP``: a list, when set, receives every message the server sends and receives, decoded as
+# (direction "to node" | "from node", message type, node id, content): the tests' audit of what travels
+WIRE_TAP: list | None = None
+
+
+class UndeclaredKey(ValueError):
+    """A method sent a key its class does not declare."""
 
 
 def first_error_line(report: str) -> str:
@@ -61,58 +78,94 @@ def config_from_json(text: str):
     return make_config(**json.loads(text))
 
 
+def check_declared(method, kind: str, message: dict, client_id: int) -> None:
+    """Refuse a broadcast or upload with a key the method does not declare (``Method.declared``)."""
+    allowed = type(method).declared(kind)
+    extra = sorted(set(message) - allowed)
+    if extra:
+        raise UndeclaredKey(f"{method.name}'s {kind} to/from client {client_id} holds {extra}, which "
+                            f"{type(method).__name__} does not declare in `{kind}_keys` (declared: "
+                            f"{sorted(allowed)}); declare what the paper sends, nothing else travels")
+
+
+def held_clients(node_config, num_clients: int) -> list[int]:
+    """The clients a node holds: its node config's ``clients`` ("3,7" or "0-4,9"), else in a simulation
+    its ``partition-id`` p of ``num-partitions`` n (the clients i with i mod n = p)."""
+    if "clients" in node_config:
+        text = str(node_config["clients"])
+        ids: list[int] = []
+        try:
+            for part in filter(None, (p.strip() for p in text.split(","))):
+                lo, _, hi = part.partition("-")
+                ids.extend(range(int(lo), int(hi or lo) + 1))
+        except ValueError:
+            raise ConfigError("node config clients", text, "client ids such as '3,7' or '0-4,9'") from None
+        bad = [i for i in ids if not 0 <= i < num_clients]
+        if bad:
+            raise ConfigError("node config clients", text, f"ids from 0 to {num_clients - 1} (the config has "
+                                                           f"{num_clients} clients)")
+        return sorted(set(ids))
+    if "partition-id" in node_config:
+        p, n = int(node_config["partition-id"]), int(node_config["num-partitions"])
+        return list(range(p, num_clients, n))
+    raise ConfigError("node config", dict(node_config), "clients='<ids>' (flower-supernode --node-config "
+                                                        "\"clients='0,2'\") naming the clients this node holds")
+
+
 # ---------------------------------------------------------------------- server side
 class FlowerExecutor:
-    """A cohort executor whose clients run on Flower nodes reached through ``grid``."""
+    """A cohort executor whose clients live on the Flower nodes that hold them (reached through ``grid``).
+
+    One message per node and round carries the tasks of its clients; a client's model and state stay on its
+    node, the server's slot keeps only the round it last trained in. Evaluation of the client families runs
+    there too (``client_confusions``, which the Evaluator calls in place of its own)."""
 
     name = "flower"
 
-    def __init__(self, grid: Grid, cfg, timeout: float | None = None, poll_s: float = 0.02, min_nodes: int = 1,
-                 connect_s: float = 120.0):
-        self.grid, self.timeout, self.poll_s = grid, timeout, poll_s
+    def __init__(self, grid: Grid, cfg, method, timeout: float | None = None, poll_s: float = 0.02,
+                 min_nodes: int = 1, connect_s: float = 120.0, state_dir: str | None = None):
+        self.grid, self.method, self.timeout, self.poll_s = grid, method, timeout, poll_s
         self.min_nodes, self.connect_s = min_nodes, connect_s
-        self.config = config_json(cfg)
+        self.num_clients = cfg.num_clients
+        self.run_record = {"config": config_json(cfg), "state-dir": state_dir or ""}
         self.device = cfg.device
+        self._holder: dict[int, int] | None = None
 
-    def run(self, method, tasks: list[ClientTask]) -> list[ClientResult]:
-        # a node runs the config's method; the evaluator may ask for that method's evaluation-time adaptation
-        purpose = "adapt" if isinstance(method, Adaptation) else "update"
-        nodes = self._nodes()
+    # ---------------------------------------------------------------- the exchange
+    def _exchange(self, contents: dict[int, tuple[str, dict]], what: str) -> dict[int, dict]:
+        """Send ``contents`` ({node: (message type, message)}) and wait for every reply: {node: content}."""
         pending: dict[str, int] = {}
-        for i, task in enumerate(tasks):
-            content = to_records(fields_of(task), f"client {task.client_id}'s task")
-            content[RUN] = ConfigRecord({"config": self.config, "purpose": purpose})
-            msg = Message(content=content, dst_node_id=nodes[task.client_id % len(nodes)], message_type="train")
-            ids = list(self.grid.push_messages([msg]))
+        for node, (kind, content) in contents.items():
+            if WIRE_TAP is not None:
+                WIRE_TAP.append(("to node", kind, node, content))
+            records = to_records(content, f"the {kind} message to node {node}")
+            records[RUN] = ConfigRecord(dict(self.run_record))
+            ids = list(self.grid.push_messages([Message(content=records, dst_node_id=node, message_type=kind)]))
             if not ids:
-                raise ClientFailed(f"client {task.client_id}: the task could not be sent to node "
-                                   f"{nodes[task.client_id % len(nodes)]}")
-            pending[ids[0]] = i
-        results: list = [None] * len(tasks)
-        diverged: dict[int, str] = {}
+                raise ClientFailed(f"{what}: the message could not be sent to node {node}")
+            pending[ids[0]] = node
+        replies: dict[int, dict] = {}
         deadline = None if self.timeout is None else time.time() + self.timeout
         while pending:
             for reply in self.grid.pull_messages(list(pending)):
-                i = pending.pop(reply.metadata.reply_to_message_id)
+                node = pending.pop(reply.metadata.reply_to_message_id)
                 if reply.has_error():
                     reason = reply.error.reason or ""
-                    raise ClientFailed(f"client {tasks[i].client_id} failed on its Flower node (round "
-                                       f"{tasks[i].round + 1}): {first_error_line(reason)}", reason)
-                content = from_records(reply.content, self.device)
-                if "diverged" in content:
-                    diverged[i] = content["diverged"]
-                    continue
-                results[i] = result_of(content)
+                    ids = sorted(t["client_id"] for t in contents[node][1].get("tasks", ()))
+                    who = (f"client {ids[0]} failed on its Flower node" if len(ids) == 1 else
+                           f"clients {ids} failed on their Flower node" if ids else f"Flower node {node} failed")
+                    raise ClientFailed(f"{who} ({what}): {first_error_line(reason)}", reason)
+                replies[node] = from_records(reply.content, self.device)
+                if WIRE_TAP is not None:
+                    WIRE_TAP.append(("from node", reply.metadata.message_type, node, replies[node]))
             if pending and deadline is not None and time.time() > deadline:
-                late = sorted(tasks[i].client_id for i in pending.values())
-                raise ClientFailed(f"clients {late} did not answer within {self.timeout} s")
+                raise ClientFailed(f"{what}: Flower node(s) {sorted(pending.values())} did not answer within "
+                                   f"{self.timeout} s")
             if STOP.is_set():
                 raise KeyboardInterrupt
             if pending:
                 time.sleep(self.poll_s)
-        if diverged:   # as in-process: the first client of the cohort whose loss became non-finite
-            raise TrainingDiverged(diverged[min(diverged)])
-        return results
+        return replies
 
     def _nodes(self) -> list[int]:
         """The connected nodes, once at least ``min_nodes`` are (nodes may register after the ServerApp
@@ -129,30 +182,105 @@ class FlowerExecutor:
                                    f"{self.min_nodes} needed")
             time.sleep(0.2)
 
+    def holders(self) -> dict[int, int]:
+        """{client: node}, asked of every node once: each client must be held by exactly one node."""
+        if self._holder is None:
+            replies = self._exchange({node: ("query", {}) for node in self._nodes()}, "asking the nodes for clients")
+            holder: dict[int, int] = {}
+            for node, reply in sorted(replies.items()):
+                for i in reply["clients"]:
+                    if i in holder:
+                        raise ClientFailed(f"client {i} is held by two Flower nodes ({holder[i]} and {node}): give "
+                                           "each client to one node (--node-config clients=...)")
+                    holder[i] = node
+            missing = [i for i in range(self.num_clients) if i not in holder]
+            if missing:
+                raise ClientFailed(f"clients {missing} are held by no connected Flower node ({len(replies)} "
+                                   f"connected): start their nodes, or give them to one (--node-config clients=...)")
+            self._holder = holder
+        return self._holder
+
+    def _by_node(self, tasks: list[ClientTask]) -> dict[int, list[ClientTask]]:
+        holder = self.holders()
+        groups: dict[int, list[ClientTask]] = {}
+        for task in tasks:
+            groups.setdefault(holder[task.client_id], []).append(task)
+        return groups
+
+    @staticmethod
+    def _envelope(task: ClientTask) -> dict:
+        """What a node is sent about one client: its id, what the server's broadcast sent it and the round
+        it last trained in (so that its node checks it holds that client's state); no state, no model."""
+        return {"client_id": task.client_id, "received": task.received,
+                "trained_in": task.state.get(TRAINED_IN) if isinstance(task.state, dict) else None}
+
+    # ---------------------------------------------------------------- the executor
+    def run(self, method, tasks: list[ClientTask]) -> list[ClientResult]:
+        if method is not self.method:
+            raise ConfigError("executor", "flower", "the method the federation was built with: a client's "
+                              "evaluation-time adaptation runs on its node, inside evaluation")
+        for task in tasks:
+            check_declared(method, "broadcast", task.received, task.client_id)
+        t = tasks[0].round if tasks else 0
+        groups = self._by_node(tasks)
+        replies = self._exchange({node: ("train", {"round": t, "tasks": [self._envelope(x) for x in group]})
+                                  for node, group in groups.items()}, f"round {t + 1}")
+        out: dict[int, ClientResult] = {}
+        diverged: dict[int, str] = {}
+        for reply in replies.values():
+            diverged.update(reply["diverged"])
+            for r in reply["results"]:
+                check_declared(method, "upload", r["upload"], r["client_id"])
+                out[r["client_id"]] = ClientResult(r["client_id"], r["upload"], {}, {TRAINED_IN: t},
+                                                   LocalResult(**r["result"]), {})
+        if diverged:   # as in-process: the first client of the cohort whose loss became non-finite
+            first = next(task.client_id for task in tasks if task.client_id in diverged)
+            raise TrainingDiverged(diverged[first])
+        return [out[task.client_id] for task in tasks]
+
+    def client_confusions(self, t: int, tasks: list[ClientTask], jobs: dict[str, str], gparams,
+                          anon: ClientContext) -> dict[str, list[dict]]:
+        """The Evaluator's client families, computed on the nodes: {family: [per task {variant: confusion}]}."""
+        for task in tasks:
+            if task.received:
+                check_declared(self.method, "broadcast", task.received, task.client_id)
+        groups = self._by_node(tasks)
+        message = {"round": t, "jobs": jobs, "global": gparams, "anonymous": anon.received}
+        replies = self._exchange({node: ("evaluate", {**message, "tasks": [self._envelope(x) for x in group]})
+                                  for node, group in groups.items()}, f"evaluation after round {t + 1}")
+        position = {node: 0 for node in groups}
+        out: dict[str, list[dict]] = {family: [] for family in jobs}
+        for task in tasks:   # back in the order of the tasks
+            node = self.holders()[task.client_id]
+            k = position[node]
+            position[node] += 1
+            for family in jobs:
+                out[family].append(replies[node]["confusions"][family][k])
+        return out
+
     def close(self) -> None:
         pass
-
-
-def fields_of(obj) -> dict:
-    """A dataclass's fields, shallow (``dataclasses.asdict`` would deep-copy every tensor)."""
-    return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-
-
-def result_of(out: dict) -> ClientResult:
-    """A node's decoded reply as the engine's ClientResult."""
-    models = out["models"]
-    return ClientResult(out["client_id"], out["upload"], models["local"], out["state"],
-                        LocalResult(**out["result"]), models)
 
 
 def serve(grid: Grid, cfg, *, checkpoint=None, progress: bool = False, desc: str = "", timeout: float | None = None,
           callbacks=(), min_nodes: int = 1):
     """Build the experiment around a Flower executor and run fedlib's round loop; the Federation."""
+    from fedlib.engine.loop import node_folder
     from fedlib.experiment.wiring import build
 
-    fed = build(cfg, progress=progress, checkpoint=checkpoint, desc=desc,
-                executor=lambda setup, trainer, **_: FlowerExecutor(grid, cfg, timeout=timeout,
-                                                                     min_nodes=min_nodes))
+    state_dir = str(node_folder(Path(checkpoint))) if checkpoint else None
+    holder: dict = {}
+
+    def executor(setup, trainer, **_):
+        holder["executor"] = FlowerExecutor(grid, cfg, None, timeout=timeout, min_nodes=min_nodes,
+                                            state_dir=state_dir)
+        return holder["executor"]
+
+    fed = build(cfg, progress=progress, checkpoint=checkpoint, desc=desc, executor=executor)
+    holder["executor"].method = fed.method
+    if fed.evaluation.average_global and fed.method.personalized and not fed.method.has_global_model:
+        raise ConfigError("average_global", True, "False on Flower: the average of the clients' models would need "
+                          "every client's model on the server, and a client's model stays on its node")
     fed.on_round.extend(callbacks)
     fed.run()
     return fed
@@ -206,27 +334,134 @@ def _experiment(cfg):
     return _BUILT[key]
 
 
+class PrivateSlots:
+    """A node's clients' models and private states, by client and the round they were trained in: in the
+    node's ``Context.state`` (alive as long as its SuperNode) and, with a state folder, on its own disk
+    (a restarted node or a resumed run finds them there). The two latest versions of a client are kept, so
+    that a run resumed from the checkpoint before a round finds the state that round started from."""
+
+    KEEP = 2
+
+    def __init__(self, context: Context, fed, run: ConfigRecord, experiment: str):
+        self.context, self.fed = context, fed
+        folder = str(context.node_config.get("state-dir", "") or run.get("state-dir", "") or "")
+        self.folder = Path(folder) / experiment if folder else None
+
+    def _key(self, client: int, trained_in: int) -> str:
+        return f"{PRIVATE}.{client}.r{trained_in}"
+
+    def load(self, client: int, trained_in: int | None) -> tuple[dict, dict]:
+        """(model, state) of ``client`` as it was after round ``trained_in`` (None: never trained: the initial
+        slot every node builds alike from the config)."""
+        if trained_in is None:
+            slot = self.fed.clients[client]
+            return _copy_state(slot.model), _copy_state(slot.state)
+        key = self._key(client, trained_in)
+        if f"{key}.{TENSORS}" in self.context.state:
+            records = RecordDict({TENSORS: self.context.state[f"{key}.{TENSORS}"],
+                                  TREE: self.context.state[f"{key}.{TREE}"]})
+            slot = from_records(records, self.fed.data.data.train_x.device)
+            return slot["model"], slot["state"]
+        path = None if self.folder is None else self.folder / f"c{client}-r{trained_in}.pt"
+        if path is not None and path.exists():
+            slot = torch.load(path, map_location=self.fed.data.data.train_x.device, weights_only=False)
+            return slot["model"], slot["state"]
+        raise ClientFailed(f"client {client}'s model and private state after round {trained_in + 1} are not on "
+                           "this node (its SuperNode restarted, or the run resumed in a new federation, without a "
+                           "state folder: --node-config \"state-dir='...'\")")
+
+    def store(self, client: int, trained_in: int, model: dict, state: dict) -> None:
+        key = self._key(client, trained_in)
+        records = to_records({"model": model, "state": state}, f"client {client}'s private slot")
+        self.context.state[f"{key}.{TENSORS}"] = records.array_records[TENSORS]
+        self.context.state[f"{key}.{TREE}"] = records.config_records[TREE]
+        if self.folder is not None:
+            from fedlib.engine.loop import atomic_save
+
+            self.folder.mkdir(parents=True, exist_ok=True)
+            atomic_save({"model": model, "state": state}, self.folder / f"c{client}-r{trained_in}.pt")
+        self._forget_old(client)
+
+    def _forget_old(self, client: int) -> None:
+        prefix = f"{PRIVATE}.{client}.r"
+        rounds = sorted({int(k[len(prefix):].split(".")[0]) for k in self.context.state if k.startswith(prefix)})
+        for r in rounds[:-self.KEEP]:
+            for part in (TENSORS, TREE):
+                del self.context.state[f"{prefix}{r}.{part}"]
+            if self.folder is not None:
+                (self.folder / f"c{client}-r{r}.pt").unlink(missing_ok=True)
+
+
+def _copy_state(state):
+    if isinstance(state, torch.Tensor):
+        return state.clone()
+    if isinstance(state, dict):
+        return {k: _copy_state(v) for k, v in state.items()}
+    if isinstance(state, list):
+        return [_copy_state(v) for v in state]
+    return state
+
+
+def _node_request(msg: Message, context: Context):
+    """The config, the node's experiment and its private slots for a server message; the message decoded."""
+    run = msg.content.config_records[RUN]
+    cfg = config_from_json(str(run["config"]))
+    fed = _experiment(cfg)
+    content = from_records(msg.content, cfg.device)
+    held = held_clients(context.node_config, cfg.num_clients)
+    for task in content.get("tasks", ()):
+        if task["client_id"] not in held:
+            raise ClientFailed(f"client {task['client_id']} was sent to a node that holds clients {held}")
+    return fed, content, PrivateSlots(context, fed, run, cfg.key())
+
+
+def _reply(msg: Message, content: dict, what: str) -> Message:
+    return Message(content=to_records(content, what), reply_to=msg)
+
+
 client_app = ClientApp()
+
+
+@client_app.query()
+def query(msg: Message, context: Context) -> Message:
+    """Which clients this node holds."""
+    run = msg.content.config_records[RUN]
+    cfg = config_from_json(str(run["config"]))
+    return _reply(msg, {"clients": held_clients(context.node_config, cfg.num_clients)}, "the node's clients")
 
 
 @client_app.train()
 def train(msg: Message, context: Context) -> Message:
-    """Run one client's local update (or evaluation-time adaptation) with fedlib's client side."""
-    run = msg.content.config_records[RUN]
-    purpose = str(run["purpose"])
-    if purpose not in PURPOSES:
-        raise ValueError(f"purpose {purpose!r} is not one of {PURPOSES}")
-    cfg = config_from_json(str(run["config"]))
-    fed = _experiment(cfg)
-    method = fed.method
-    if purpose == "adapt":
-        method = Adaptation(method, method.finetune_phase() or fed.evaluator.finetune)
-    task = ClientTask(**from_records(msg.content, cfg.device))
-    try:
-        result = local_update(method, task, fed.setup, fed.trainer)
-    except TrainingDiverged as exc:   # an outcome of training, not a failure of the node: sent back as such
-        return Message(content=to_records({"client_id": task.client_id, "diverged": str(exc)},
-                                          f"client {task.client_id}'s result"), reply_to=msg)
-    reply = {"client_id": result.client_id, "upload": result.upload, "state": result.state,
-             "result": fields_of(result.result), "models": result.models}
-    return Message(content=to_records(reply, f"client {task.client_id}'s result"), reply_to=msg)
+    """One round of this node's sampled clients: fedlib's client side, the private slots kept here."""
+    fed, content, slots = _node_request(msg, context)
+    t = int(content["round"])
+    results, diverged = [], {}
+    for envelope in content["tasks"]:
+        i = envelope["client_id"]
+        model, state = slots.load(i, envelope["trained_in"])
+        task = ClientTask(i, t, envelope["received"], state, model)
+        try:
+            result = local_update(fed.method, task, fed.setup, fed.trainer)
+        except TrainingDiverged as exc:   # an outcome of training, not a failure of the node: sent back as such
+            diverged[i] = str(exc)
+            continue
+        check_declared(fed.method, "upload", result.upload, i)
+        slots.store(i, t, result.model, result.state)
+        results.append({"client_id": i, "upload": result.upload,
+                        "result": {f.name: getattr(result.result, f.name)
+                                   for f in dataclasses.fields(result.result)}})
+    return _reply(msg, {"results": results, "diverged": diverged}, "the node's round results")
+
+
+@client_app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    """The client families of an evaluation for this node's clients: confusion counts only."""
+    fed, content, slots = _node_request(msg, context)
+    t = int(content["round"])
+    tasks = []
+    for envelope in content["tasks"]:
+        model, state = slots.load(envelope["client_id"], envelope["trained_in"])
+        tasks.append(ClientTask(envelope["client_id"], t, envelope["received"], state, model))
+    anon = fed.anonymous_context(t, received=content["anonymous"])
+    confusions = fed.evaluator.client_confusions(t, tasks, content["jobs"], content["global"], anon)
+    return _reply(msg, {"confusions": confusions}, "the node's confusion counts")
