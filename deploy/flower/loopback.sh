@@ -6,6 +6,7 @@
 # repository root):
 #   deploy/flower/loopback.sh [N=2] [CLIENTS=4]        # CLIENTS: num_clients of the app's config
 #   INSECURE=1 deploy/flower/loopback.sh ...            # without TLS and authentication
+#   RUN_CONFIG="config='{...}'" deploy/flower/loopback.sh 10 10   # another experiment (flwr run --run-config)
 # Across machines, run the same commands on the machines named in the book's page "fedlib on Flower".
 set -euo pipefail
 NODES=${1:-2}
@@ -51,5 +52,5 @@ for ((k = 0; k < NODES; k++)); do
     --node-config "clients='$held' state-dir='$FLWR_HOME/node$k'" > "$LOGS/supernode$k.log" 2>&1 & PIDS+=($!)
 done
 sleep 5
-flwr run "$HERE" loopback --stream
+flwr run "$HERE" loopback --stream ${RUN_CONFIG:+--run-config "$RUN_CONFIG"}
 echo "record: $FLWR_HOME/fedlib-flower-record.json (logs in $LOGS)"

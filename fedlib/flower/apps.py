@@ -112,6 +112,13 @@ def held_clients(node_config, num_clients: int) -> list[int]:
                                                         "\"clients='0,2'\") naming the clients this node holds")
 
 
+def message_bytes(records: RecordDict) -> int:
+    """The payload of a message: its tensors' bytes and its config records' text."""
+    tensors = sum(len(a.data) for rec in records.array_records.values() for a in rec.values())
+    text = sum(len(str(v)) for rec in records.config_records.values() for v in rec.values())
+    return tensors + text
+
+
 # ---------------------------------------------------------------------- server side
 class FlowerExecutor:
     """A cohort executor whose clients live on the Flower nodes that hold them (reached through ``grid``).
@@ -130,6 +137,7 @@ class FlowerExecutor:
         self.run_record = {"config": config_json(cfg), "state-dir": state_dir or ""}
         self.device = cfg.device
         self._holder: dict[int, int] | None = None
+        self.traffic = {"messages": 0, "bytes": 0}   # both directions, envelopes and tensors (``message_bytes``)
 
     # ---------------------------------------------------------------- the exchange
     def _exchange(self, contents: dict[int, tuple[str, dict]], what: str) -> dict[int, dict]:
@@ -140,6 +148,7 @@ class FlowerExecutor:
                 WIRE_TAP.append(("to node", kind, node, content))
             records = to_records(content, f"the {kind} message to node {node}")
             records[RUN] = ConfigRecord(dict(self.run_record))
+            self._count(records)
             ids = list(self.grid.push_messages([Message(content=records, dst_node_id=node, message_type=kind)]))
             if not ids:
                 raise ClientFailed(f"{what}: the message could not be sent to node {node}")
@@ -155,6 +164,7 @@ class FlowerExecutor:
                     who = (f"client {ids[0]} failed on its Flower node" if len(ids) == 1 else
                            f"clients {ids} failed on their Flower node" if ids else f"Flower node {node} failed")
                     raise ClientFailed(f"{who} ({what}): {first_error_line(reason)}", reason)
+                self._count(reply.content)
                 replies[node] = from_records(reply.content, self.device)
                 if WIRE_TAP is not None:
                     WIRE_TAP.append(("from node", reply.metadata.message_type, node, replies[node]))
@@ -166,6 +176,10 @@ class FlowerExecutor:
             if pending:
                 time.sleep(self.poll_s)
         return replies
+
+    def _count(self, records: RecordDict) -> None:
+        self.traffic["messages"] += 1
+        self.traffic["bytes"] += message_bytes(records)
 
     def _nodes(self) -> list[int]:
         """The connected nodes, once at least ``min_nodes`` are (nodes may register after the ServerApp
@@ -317,7 +331,10 @@ def deployed_server(grid: Grid, context: Context) -> None:
     out = str(context.run_config.get("out", "") or "fedlib-flower-record.json")
     with open(out, "w") as f:
         json.dump(record, f, indent=1, default=str)
+    traffic, rounds = fed.executor.traffic, max(len(fed.history), 1)
     print(f"fedlib: record written to {os.path.abspath(out)}; final {record['final']}")
+    print(f"fedlib: {fed.elapsed / rounds:.1f} s per round; {traffic['messages'] / rounds:.1f} messages and "
+          f"{traffic['bytes'] / rounds / 1e6:.3f} MB per round (both directions, the first round's query included)")
 
 
 # ---------------------------------------------------------------------- client side
