@@ -53,4 +53,4 @@ for ((k = 0; k < NODES; k++)); do
 done
 sleep 5
 flwr run "$HERE" loopback --stream ${RUN_CONFIG:+--run-config "$RUN_CONFIG"}
-echo "record: $FLWR_HOME/fedlib-flower-record.json (logs in $LOGS)"
+if [[ -f fedlib-flower-record.json ]]; then echo "record: $FLWR_HOME/fedlib-flower-record.json (logs in $LOGS)"; else echo "no record written (logs in $LOGS)"; exit 1; fi

@@ -36,7 +36,7 @@ from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid, ServerApp
 
 from fedlib.engine.client import ClientResult, ClientTask, local_update
-from fedlib.engine.core import ClientContext, LocalResult
+from fedlib.engine.core import ClientContext, LocalResult, own_copy
 from fedlib.errors import ClientFailed, ConfigError, TrainingDiverged
 from fedlib.flower.codec import TENSORS, TREE, from_records, to_records
 
@@ -372,7 +372,7 @@ class PrivateSlots:
         slot every node builds alike from the config)."""
         if trained_in is None:
             slot = self.fed.clients[client]
-            return _copy_state(slot.model), _copy_state(slot.state)
+            return own_copy(slot.model), own_copy(slot.state)
         key = self._key(client, trained_in)
         if f"{key}.{TENSORS}" in self.context.state:
             records = RecordDict({TENSORS: self.context.state[f"{key}.{TENSORS}"],
@@ -407,16 +407,6 @@ class PrivateSlots:
                 del self.context.state[f"{prefix}{r}.{part}"]
             if self.folder is not None:
                 (self.folder / f"c{client}-r{r}.pt").unlink(missing_ok=True)
-
-
-def _copy_state(state):
-    if isinstance(state, torch.Tensor):
-        return state.clone()
-    if isinstance(state, dict):
-        return {k: _copy_state(v) for k, v in state.items()}
-    if isinstance(state, list):
-        return [_copy_state(v) for v in state]
-    return state
 
 
 def _node_request(msg: Message, context: Context):
