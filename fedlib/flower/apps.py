@@ -226,7 +226,7 @@ class FlowerExecutor:
         """What a node is sent about one client: its id, what the server's broadcast sent it and the round
         it last trained in (so that its node checks it holds that client's state); no state, no model."""
         return {"client_id": task.client_id, "received": task.received,
-                "trained_in": task.state.get(TRAINED_IN) if isinstance(task.state, dict) else None}
+                "trained_in": task.state.get(TRAINED_IN)}
 
     # ---------------------------------------------------------------- the executor
     def run(self, method, tasks: list[ClientTask]) -> list[ClientResult]:
@@ -455,8 +455,7 @@ def train(msg: Message, context: Context) -> Message:
         check_declared(fed.method, "upload", result.upload, i)
         slots.store(i, t, result.model, result.state)
         results.append({"client_id": i, "upload": result.upload,
-                        "result": {f.name: getattr(result.result, f.name)
-                                   for f in dataclasses.fields(result.result)}})
+                        "result": dataclasses.asdict(result.result)})
     return _reply(msg, {"results": results, "diverged": diverged}, "the node's round results")
 
 
