@@ -186,6 +186,130 @@ def test_a_node_holds_several_clients(no_processes_left):
     assert no_processes_left()
 
 
+# Ditto: a private personal model on the nodes, the global model's parameters under SecAgg+
+@pytest.mark.parametrize("method", ["fedavg", "ditto"])
+def test_secagg_plus_gives_the_in_process_model_and_no_node_sends_its_vector_in_the_clear(method, no_processes_left):
+    """SecAgg+ between two nodes of two clients each: the global model after round 1 is the in-process one up to
+    Flower's quantization (2**22 levels over [-8, 8]), the metrics close to it; no reply of a node holds a tensor in the clear (the masked vector
+    travels as bytes, unmasked only as the sum), and the clients' tasks hold only their envelopes."""
+    from fedlib.experiment.runner import run_in_process
+    from fedlib.flower import apps
+
+    cfg = dataclasses.replace(digits_config(method), secure_aggregation="secagg+")
+    after_round_1: dict = {}
+
+    def keep_round_1(engine):
+        def callback(federation, t):
+            if t == 0:
+                after_round_1[engine] = {k: v.clone() for k, v in federation.server.state["global"].items()}
+        return callback
+
+    local = run_in_process(dataclasses.replace(cfg, secure_aggregation=None), callbacks=[keep_round_1("local")])
+    apps.WIRE_TAP = []
+    try:
+        fed = simulate(dataclasses.replace(cfg, engine="flower"), nodes=2, timeout=120,
+                       callbacks=[keep_round_1("flower")])
+        wire = apps.WIRE_TAP
+    finally:
+        apps.WIRE_TAP = None
+    gap = max(float((after_round_1["flower"][k] - v).abs().max()) for k, v in after_round_1["local"].items())
+    assert 0 < gap < 2e-5, gap   # quantized (steps of 16 / 2**22 = 3.8e-6), so not bit-equal: a few steps apart
+    for a, b in zip(local.history, fed.history):   # the second round's training carries the difference on (a
+        # nearly untrained model: a client's accuracy moves by a test sample or two, the mean by less)
+        assert all(abs(a[k] - b[k]) < 0.02 for k in ("train_loss", "global_acc", "personal_local_acc")), (a, b)
+    secure = [(d, node, c) for d, kind, node, c in wire if kind == "secagg+"]
+    replies = [c for d, _, c in secure if d == "from node"]
+    assert len(replies) == 2 * 4 * 2   # 2 rounds x 4 stages x 2 nodes
+    assert all(sum(c["arrays"].values()) == 0 for c in replies)   # nothing in the clear: bytes in config records
+    tasks = [t for d, _, c in secure if d == "to node" and "tasks" in c for t in c["tasks"]]
+    assert len(tasks) == 2 * 4 and all(set(t) == {"client_id", "received", "trained_in"} for t in tasks)
+    assert not any(kind == "train" for _, kind, _, _ in wire)   # every round went through SecAgg+
+    assert no_processes_left()
+
+
+def test_secagg_plus_is_refused_for_a_method_whose_server_needs_each_upload():
+    served = [name for name, cls in METHODS.items() if cls.sums_uploads()]
+    assert {"fedavg", "fedprox", "ditto", "fedper"} <= set(served)
+    assert not {"scaffold", "fedproto", "fedpac", "fedgpa", "local"} & set(served)
+    with pytest.raises(ConfigError, match="None for scaffold: its server needs each client's upload.*fedavg"):
+        validate(make_config(method="scaffold", engine="flower", secure_aggregation="secagg+"))
+    with pytest.raises(ConfigError, match="engine='flower'"):
+        validate(make_config(method="fedavg", secure_aggregation="secagg+"))
+    with pytest.raises(ConfigError, match="'secagg\\+' or None"):
+        validate(make_config(method="fedavg", engine="flower", secure_aggregation="homomorphic"))
+
+
+class InProcessGrid:
+    """The Grid calls fedlib's server makes, answered in this process by fedlib's node handlers; node p + 1 of n
+    holds the clients i with i mod n = p. A node in ``lost`` answers its first ``lost[node]`` rounds (train and
+    evaluate messages), then everything as Flower answers for a node that stopped (``NODE_UNAVAILABLE``)."""
+
+    def __init__(self, nodes: int, lost: dict[int, int]):
+        from flwr.app import Context, RecordDict
+
+        self.contexts = {p + 1: Context(run_id=1, node_id=p + 1, state=RecordDict(), run_config={},
+                                        node_config={"partition-id": p, "num-partitions": nodes}) for p in range(nodes)}
+        self.lost, self.rounds, self.replies = lost, {}, {}
+
+    def get_node_ids(self):
+        return list(self.contexts)
+
+    def push_messages(self, messages):
+        import uuid
+
+        from flwr.app import Error, Message
+        from flwr.common.constant import ErrorCode
+
+        from fedlib.flower import apps
+
+        ids = []
+        for m in messages:
+            m.metadata.__dict__["_message_id"] = str(uuid.uuid4())   # as Flower's SuperLink sets it
+            node, kind = m.metadata.dst_node_id, m.metadata.message_type
+            if node in self.lost and self.rounds.get(node, 0) >= self.lost[node]:
+                reply = Message(Error(ErrorCode.NODE_UNAVAILABLE, "Error: Node Unavailable (test)"), reply_to=m)
+            else:
+                handler = {"query": apps.query, "train": apps.train, "evaluate": apps.evaluate}[kind]
+                reply = handler(m, self.contexts[node])
+                self.rounds[node] = self.rounds.get(node, 0) + (kind == "evaluate")
+            self.replies[m.metadata.message_id] = reply
+            ids.append(m.metadata.message_id)
+        return ids
+
+    def pull_messages(self, ids):
+        return [self.replies.pop(i) for i in ids if i in self.replies]
+
+
+@pytest.mark.parametrize("node_loss", ["stop", "continue"])
+def test_a_lost_node_stops_the_run_or_its_clients_are_left_out_and_the_record_says_so(node_loss, monkeypatch):
+    """Node 2 (clients 1 and 3) answers round 1, then is gone: "stop" ends the run with Flower's reason;
+    "continue" trains and evaluates rounds 2-3 without its clients, says so and records it (no Ray: the nodes'
+    handlers answer in this process)."""
+    from fedlib.experiment.records import record_of
+    from fedlib.flower.apps import serve
+
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for name in ("_run_id", "_node_id", "_task_id"):   # what Flower's runtime sets in the ServerApp's process
+        monkeypatch.setattr(TaskIdentity, name, 1)
+    cfg = dataclasses.replace(digits_config("fedavg"), rounds=3, engine="flower")
+    local = run(dataclasses.replace(cfg, engine="inprocess"), cache_dir=None, progress=False)
+    grid = InProcessGrid(2, lost={2: 1})
+    if node_loss == "stop":
+        with pytest.raises(ClientFailed, match=r"clients \[1, 3\] failed on their Flower node \(round 2\): "
+                                               "Error: Node Unavailable"):
+            serve(grid, cfg, node_loss=node_loss)
+        return
+    fed = serve(grid, cfg, node_loss=node_loss)
+    assert fed.executor.left_out == {1: [1, 3], 2: [1, 3]} and set(fed.executor.gone) == {2}
+    assert_same_metrics(local["history"][0], fed.history[0])   # round 1: every client, as in-process
+    assert [len(h["personal_local_acc_clients"]) for h in fed.history] == [4, 2, 2]
+    assert fed.history[1]["global_acc"] != local["history"][1]["global_acc"]   # trained on clients 0 and 2 only
+    assert record_of(cfg, fed, 0.0)["left_out"] == {"2": [1, 3], "3": [1, 3]}
+    with pytest.raises(ConfigError, match="node_loss"):
+        serve(InProcessGrid(2, {}), cfg, node_loss="retry")
+
+
 def test_node_config_names_the_clients_a_node_holds():
     from fedlib.flower.apps import held_clients
 

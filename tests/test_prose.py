@@ -1,6 +1,7 @@
-"""The chapters' prose states no book-scale budget of its own: a sentence about book scale that names a number
-of images, rounds, epochs, runs, seeds, clients or seconds drifts when the code's budget changes (pFedCSPC's
-prose said 500 images per class while its set-up trained 300); the set-up and every table print them instead."""
+"""Prose that could drift from the code. The chapters state no book-scale budget of their own: a sentence about
+book scale that names a number of images, rounds, epochs, runs, seeds, clients or seconds drifts when the code's
+budget changes (pFedCSPC's prose said 500 images per class while its set-up trained 300); the set-up and every
+table print them instead. The Flower page's lists of the methods SecAgg+ serves are the code's."""
 import json
 import re
 from pathlib import Path
@@ -28,3 +29,13 @@ def test_no_chapter_states_a_book_scale_budget_in_prose(notebook):
     cells = json.loads((ROOT / "notebooks" / notebook).read_text())["cells"]
     found = [s for c in cells if c["cell_type"] == "markdown" for s in budget_sentences("".join(c["source"]))]
     assert not found, f"{notebook}: prose states a book-scale budget the code may change: {found}"
+
+
+def test_the_flower_page_lists_the_methods_secagg_serves_as_the_code_decides():
+    from fedlib.methods import METHODS
+
+    page = (ROOT / "book" / "flower.md").read_text()
+    listed = {kind: re.findall(r"`(\w+)`", re.search(rf"^- \*\*{kind}\*\* \(\d+\): (.*)$", page, re.M).group(1))
+              for kind in ("served", "refused")}
+    assert listed["served"] == sorted(n for n, cls in METHODS.items() if cls.sums_uploads())
+    assert listed["refused"] == sorted(n for n, cls in METHODS.items() if not cls.sums_uploads())

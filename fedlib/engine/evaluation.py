@@ -152,6 +152,10 @@ class Evaluator:
         # "Local" of global methods)
         self.finetune = None
         method = federation.method
+        if average_global and method.personalized and not method.has_global_model and \
+                hasattr(federation.executor, "client_confusions"):
+            raise ConfigError("average_global", True, "False where clients keep their models on their own nodes "
+                              "(Flower): the average would need every client's model on the server")
         if finetune_epochs and not method.personalized and method.finetune_phase() is None:
             from fedlib.engine.core import Phase, cross_entropy_loss
 
@@ -265,10 +269,7 @@ class Evaluator:
         remote = getattr(fed.executor, "client_confusions", None)
         personal = None
         if self.average_global and personal_wanted and not method.has_global_model:
-            if remote is not None:
-                raise ConfigError("average_global", True, "False where clients keep their models on their own "
-                                  "nodes (the average would need every client's model on the server)")
-            personal = self.personal_models(t, tasks)
+            personal = self.personal_models(t, tasks)   # in this process (refused in __init__ where clients are not)
         gparams = self.global_model(personal[0] if personal else None)
         plan = self.plan(gparams is not None, gparams is not None and method.has_global_model)
         jobs = {family: model for family, (where, model) in plan.items() if where == "clients"}
@@ -276,6 +277,10 @@ class Evaluator:
         if jobs:
             if remote is not None:
                 per_family.update(remote(t, tasks, jobs, gparams, anon))
+                reached = [k for k in range(len(tasks)) if all(per_family[f][k] is not None for f in jobs)]
+                if len(reached) < len(tasks):   # a lost Flower node's clients (node_loss="continue"): left out
+                    clients = [clients[k] for k in reached]
+                    per_family = {f: [v[k] for k in reached] for f, v in per_family.items()}
             else:
                 per_family.update(self.client_confusions(t, tasks, jobs, gparams, anon, personal))
         for family, (where, _) in plan.items():   # in family order: global ones before the personal copies

@@ -100,6 +100,9 @@ class Config:
     executor: str = "sequential"   # sequential | process | batched: how a round's clients are trained
     workers: int | None = None     # worker processes of the "process" executor (default: CPU count)
     engine: str = "inprocess"      # inprocess | flower: clients trained in this process, or on Flower nodes
+    # None | "secagg+": Flower's SecAgg+ between the nodes (the server sees only the sum of the uploads; uploads are
+    # quantized, so results differ from in-process ones by about 1e-5 per parameter)
+    secure_aggregation: str | None = None
     participation: ParticipationConfig = field(default_factory=ParticipationConfig)
     evaluation: EvaluationConfig = field(default_factory=EvaluationConfig)
 
@@ -150,7 +153,7 @@ FIELDS = {f.name for f in dataclasses.fields(Config)} | set(FLAT_NAMES)
 # fields whose default leaves results as they were before the field existed: omitted from the key then
 OFF_BY_DEFAULT: dict[str, Any] = {"data_options": {}, "backbones": None, "metrics": [], "eval_clients": "all",
                                   "average_global": False, "late_clients": 0, "late_round": 0,
-                                  "eval_finetune_epochs": 0}
+                                  "eval_finetune_epochs": 0, "secure_aggregation": None}
 
 
 ENGINES = ("inprocess", "flower")   # how clients run: fedlib.experiment.runner.ENGINE_RUNNERS
@@ -229,6 +232,14 @@ def validate(cfg: Config) -> None:
 
         check(importlib.util.find_spec("flwr") is not None and importlib.util.find_spec("ray") is not None, "engine",
               cfg.engine, "'inprocess' (Flower is not installed: pip install -e '.[flower]')")
+    if cfg.secure_aggregation is not None:
+        check(cfg.secure_aggregation == "secagg+", "secure_aggregation", cfg.secure_aggregation, "'secagg+' or None")
+        check(cfg.engine == "flower", "secure_aggregation", cfg.secure_aggregation,
+              "None with engine 'inprocess' (secure aggregation runs between Flower nodes: engine='flower')")
+        served = [name for name, cls in METHODS.items() if cls.sums_uploads()]
+        check(METHODS[cfg.method].sums_uploads(), "secure_aggregation", cfg.secure_aggregation,
+              f"None for {cfg.method}: its server needs each client's upload, not only their sum (SecAgg+ serves "
+              f"the methods whose server rule is FedAvg's weighted mean of the shared parts: {', '.join(served)})")
     check(cfg.workers is None or (isinstance(cfg.workers, (int, np.integer)) and cfg.workers >= 1), "workers",
           cfg.workers, "a positive integer or None")
     check(isinstance(cfg.backbone_input, (int, np.integer)) and cfg.backbone_input >= 16, "backbone_input",

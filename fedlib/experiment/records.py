@@ -153,6 +153,8 @@ def record_of(cfg: Config, fed, started: float) -> dict:
     """The result record of a finished Federation (``started``: when this session began)."""
     history = fed.history
     shared = {"runs_batched": fed.runs_batched} if getattr(fed, "runs_batched", 1) > 1 else {}
+    if getattr(fed.executor, "left_out", None):   # rounds that went on without some clients (a lost Flower node)
+        shared["left_out"] = {str(t + 1): ids for t, ids in fed.executor.left_out.items()}
     return {**shared,
         "config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "code_version": code_version(),
         "device": device_description(cfg.device), "engine": cfg.engine,

@@ -58,7 +58,8 @@ def _run(cfg: Config, record_path: Path | None, checkpoint: Path | None, progres
     if record_path is not None and checkpoint is not None:
         from fedlib.engine.loop import remove_checkpoint
 
-        atomic_json(record_path, record)
+        if "left_out" not in record:   # a run that went on without some clients is not the config's result
+            atomic_json(record_path, record)
         remove_checkpoint(checkpoint)
     return record
 

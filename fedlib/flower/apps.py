@@ -33,12 +33,14 @@ from pathlib import Path
 import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
+from flwr.common.constant import ErrorCode
 from flwr.serverapp import Grid, ServerApp
 
 from fedlib.engine.client import ClientResult, ClientTask, local_update
 from fedlib.engine.core import ClientContext, LocalResult, own_copy
 from fedlib.errors import ClientFailed, ConfigError, TrainingDiverged
 from fedlib.flower.codec import TENSORS, TREE, from_records, to_records
+from fedlib.flower.secure import asks_secure, node_vector, secure_round, secure_when_asked
 
 RUN = "fedlib.run"
 TRAINED_IN = "fedlib.trained_in"     # the server's receipt in a client's slot: the round it last trained in
@@ -46,6 +48,12 @@ PRIVATE = "fedlib.client"            # prefix of a client's private slot in its 
 
 # set by ``simulate``'s signal handlers (Ctrl-C, SIGTERM): the ServerApp's thread stops at its next poll
 STOP = threading.Event()
+
+# what a lost node does to a run (``FlowerExecutor(node_loss=...)``, run config ``node-loss``): "stop" it with a
+# clear error, or "continue" without the node's clients (each round and evaluation says which are left out)
+NODE_LOSS = ("stop", "continue")
+# Flower's error codes for a node that is gone (not for a client's exception, which always stops the run)
+LOST_CODES = (ErrorCode.NODE_UNAVAILABLE, ErrorCode.MESSAGE_UNAVAILABLE, ErrorCode.REPLY_MESSAGE_UNAVAILABLE)
 
 # ``WIRE_TAP``: a list, when set, receives every message the server sends and receives, decoded as
 # (direction "to node" | "from node", message type, node id, content): the tests' audit of what travels
@@ -113,10 +121,17 @@ def held_clients(node_config, num_clients: int) -> list[int]:
 
 
 def message_bytes(records: RecordDict) -> int:
-    """The payload of a message: its tensors' bytes and its config records' text."""
+    """The payload of a message: its tensors' bytes, its config records' bytes and text (SecAgg+'s keys, shares
+    and masked vectors travel there as bytes)."""
+    def size(value) -> int:
+        if isinstance(value, bytes):
+            return len(value)
+        if isinstance(value, list):
+            return sum(size(v) for v in value)
+        return len(str(value))
+
     tensors = sum(len(a.data) for rec in records.array_records.values() for a in rec.values())
-    text = sum(len(str(v)) for rec in records.config_records.values() for v in rec.values())
-    return tensors + text
+    return tensors + sum(size(v) for rec in records.config_records.values() for v in rec.values())
 
 
 # ---------------------------------------------------------------------- server side
@@ -130,24 +145,39 @@ class FlowerExecutor:
     name = "flower"
 
     def __init__(self, grid: Grid, cfg, method, timeout: float | None = None, poll_s: float = 0.02,
-                 min_nodes: int = 1, connect_s: float = 120.0, state_dir: str | None = None):
+                 min_nodes: int = 1, connect_s: float = 120.0, state_dir: str | None = None, node_loss: str = "stop"):
+        if node_loss not in NODE_LOSS:
+            raise ConfigError("node_loss", node_loss, f"one of {', '.join(NODE_LOSS)}")
         self.grid, self.method, self.timeout, self.poll_s = grid, method, timeout, poll_s
+        self.node_loss = node_loss
+        self.gone: dict[int, str] = {}   # nodes lost under node_loss="continue": {node: why}
         self.min_nodes, self.connect_s = min_nodes, connect_s
         self.num_clients = cfg.num_clients
         self.run_record = {"config": config_json(cfg), "state-dir": state_dir or ""}
         self.device = cfg.device
+        self.secure = cfg.secure_aggregation is not None   # SecAgg+ between the nodes (``fedlib.flower.secure``)
+        self.weight_bound = 1.0   # the most samples a round's clients hold (SecAgg+'s max_weight), set by ``bind``
         self._holder: dict[int, int] | None = None
         self.traffic = {"messages": 0, "bytes": 0}   # both directions, envelopes and tensors (``message_bytes``)
+        # {round: clients} left out of the round's aggregate: their node was lost (node_loss="continue", or SecAgg+
+        # went on without it)
+        self.left_out: dict[int, list[int]] = {}
+
+    def bind(self, fed) -> None:
+        """The federation built around this executor: its method, and its clients' total sample count."""
+        self.method = fed.method
+        self.weight_bound = float(fed.data.train_counts.sum())
 
     # ---------------------------------------------------------------- the exchange
     def _exchange(self, contents: dict[int, tuple[str, dict]], what: str) -> dict[int, dict]:
-        """Send ``contents`` ({node: (message type, message)}) and wait for every reply: {node: content}."""
+        """Send ``contents`` ({node: (message type, message)}) and wait for every reply: {node: content}. A node
+        that stops answering (unavailable, or silent past ``timeout``) stops the run, or under
+        ``node_loss="continue"`` is lost (``gone``) and left out of the replies; a client's exception stops it."""
         pending: dict[str, int] = {}
         for node, (kind, content) in contents.items():
             if WIRE_TAP is not None:
                 WIRE_TAP.append(("to node", kind, node, content))
-            records = to_records(content, f"the {kind} message to node {node}")
-            records[RUN] = ConfigRecord(dict(self.run_record))
+            records = self._records(kind, node, content)
             self._count(records)
             ids = list(self.grid.push_messages([Message(content=records, dst_node_id=node, message_type=kind)]))
             if not ids:
@@ -160,6 +190,9 @@ class FlowerExecutor:
                 node = pending.pop(reply.metadata.reply_to_message_id)
                 if reply.has_error():
                     reason = reply.error.reason or ""
+                    if self.node_loss == "continue" and reply.error.code in LOST_CODES:
+                        self._lose(node, first_error_line(reason))
+                        continue
                     ids = sorted(t["client_id"] for t in contents[node][1].get("tasks", ()))
                     who = (f"client {ids[0]} failed on its Flower node" if len(ids) == 1 else
                            f"clients {ids} failed on their Flower node" if ids else f"Flower node {node} failed")
@@ -169,6 +202,10 @@ class FlowerExecutor:
                 if WIRE_TAP is not None:
                     WIRE_TAP.append(("from node", reply.metadata.message_type, node, replies[node]))
             if pending and deadline is not None and time.time() > deadline:
+                if self.node_loss == "continue":
+                    for node in pending.values():
+                        self._lose(node, f"no answer within {self.timeout} s")
+                    break
                 raise ClientFailed(f"{what}: Flower node(s) {sorted(pending.values())} did not answer within "
                                    f"{self.timeout} s")
             if STOP.is_set():
@@ -176,6 +213,20 @@ class FlowerExecutor:
             if pending:
                 time.sleep(self.poll_s)
         return replies
+
+    def _lose(self, node: int, why: str) -> None:
+        self.gone[node] = why
+        held = sorted(i for i, n in (self._holder or {}).items() if n == node)
+        print(f"fedlib: Flower node {node} is lost ({why}); the run goes on without its clients {held}")
+
+    def _leave_out(self, t: int, clients: list[int], why: str) -> None:
+        self.left_out[t] = sorted(set(self.left_out.get(t, [])) | set(clients))
+        print(f"fedlib: round {t + 1}: clients {clients} are not in the aggregate ({why})")
+
+    def _records(self, kind: str, node: int, content: dict) -> RecordDict:
+        records = to_records(content, f"the {kind} message to node {node}")
+        records[RUN] = ConfigRecord(dict(self.run_record))
+        return records
 
     def _count(self, records: RecordDict) -> None:
         self.traffic["messages"] += 1
@@ -237,6 +288,12 @@ class FlowerExecutor:
             check_declared(method, "broadcast", task.received, task.client_id)
         t = tasks[0].round if tasks else 0
         groups = self._by_node(tasks)
+        unreachable = [x.client_id for node in groups if node in self.gone for x in groups[node]]
+        if unreachable:
+            self._leave_out(t, unreachable, "their Flower node is lost")
+        groups = {node: group for node, group in groups.items() if node not in self.gone}
+        if self.secure:
+            return self._secure_run(tasks, groups, t)
         replies = self._exchange({node: ("train", {"round": t, "tasks": [self._envelope(x) for x in group]})
                                   for node, group in groups.items()}, f"round {t + 1}")
         out: dict[int, ClientResult] = {}
@@ -250,35 +307,95 @@ class FlowerExecutor:
         if diverged:   # as in-process: the first client of the cohort whose loss became non-finite
             first = next(task.client_id for task in tasks if task.client_id in diverged)
             raise TrainingDiverged(diverged[first])
-        return [out[task.client_id] for task in tasks]
+        lost = [x.client_id for node, group in groups.items() if node not in replies for x in group]
+        if lost:
+            self._leave_out(t, lost, "their Flower node was lost in this round")
+        if not out:
+            raise ClientFailed(f"round {t + 1}: no Flower node holding its clients is left ({self.gone})")
+        return [out[task.client_id] for task in tasks if task.client_id in out]
+
+    def _secure_run(self, tasks: list[ClientTask], groups: dict[int, list[ClientTask]], t: int) -> list[ClientResult]:
+        """The round with SecAgg+ between the nodes: each client that took part gets the unmasked mean as its
+        upload (``Method.aggregate``'s weighted mean of equal vectors is that mean)."""
+        messages = {node: self._records("train", node, {"round": t, "tasks": [self._envelope(x) for x in group]})
+                    for node, group in groups.items()}
+        mean, reports = secure_round(ObservedGrid(self), messages, self.weight_bound, t, self.timeout)
+        mean = {k: v.to(self.device) for k, v in mean.items()}
+        out: dict[int, ClientResult] = {}
+        diverged: dict[int, str] = {}
+        for report in reports:
+            diverged.update({int(i): why for i, why in report["diverged"].items()})
+            for r in report["results"]:
+                out[r["client_id"]] = ClientResult(r["client_id"], {"params": mean, "n": 1}, {}, {TRAINED_IN: t},
+                                                   LocalResult(**r["result"]), {})
+        if diverged:
+            first = next(task.client_id for task in tasks if task.client_id in diverged)
+            raise TrainingDiverged(diverged[first])
+        missing = [task.client_id for task in tasks if task.client_id not in out]
+        if missing:   # their node dropped out after it trained: SecAgg+ unmasked the sum without it
+            self._leave_out(t, missing, "their Flower node dropped out of SecAgg+")
+        return [out[task.client_id] for task in tasks if task.client_id in out]
 
     def client_confusions(self, t: int, tasks: list[ClientTask], jobs: dict[str, str], gparams,
-                          anon: ClientContext) -> dict[str, list[dict]]:
-        """The Evaluator's client families, computed on the nodes: {family: [per task {variant: confusion}]}."""
+                          anon: ClientContext) -> dict[str, list[dict | None]]:
+        """The Evaluator's client families, computed on the nodes: {family: [per task {variant: confusion}]}; None
+        for the tasks whose node is lost (``node_loss="continue"``)."""
         for task in tasks:
             if task.received:
                 check_declared(self.method, "broadcast", task.received, task.client_id)
-        groups = self._by_node(tasks)
+        groups = {node: group for node, group in self._by_node(tasks).items() if node not in self.gone}
         message = {"round": t, "jobs": jobs, "global": gparams, "anonymous": anon.received}
         replies = self._exchange({node: ("evaluate", {**message, "tasks": [self._envelope(x) for x in group]})
                                   for node, group in groups.items()}, f"evaluation after round {t + 1}")
         position = {node: 0 for node in groups}
-        out: dict[str, list[dict]] = {family: [] for family in jobs}
+        out: dict[str, list[dict | None]] = {family: [] for family in jobs}
         for task in tasks:   # back in the order of the tasks
             node = self.holders()[task.client_id]
-            k = position[node]
-            position[node] += 1
+            k = position.get(node, 0)
+            position[node] = k + 1
             for family in jobs:
-                out[family].append(replies[node]["confusions"][family][k])
+                out[family].append(replies[node]["confusions"][family][k] if node in replies else None)
+        if not replies:
+            raise ClientFailed(f"evaluation after round {t + 1}: no Flower node holding clients is left ({self.gone})")
         return out
 
     def close(self) -> None:
         pass
 
 
+class ObservedGrid:
+    """The grid as SecAgg+'s stages use it, every message counted (and tapped) as ``FlowerExecutor._exchange``
+    counts its own: fedlib's messages decoded, the protocol's as the names and sizes of their records."""
+
+    def __init__(self, executor: FlowerExecutor):
+        self.executor = executor
+
+    @staticmethod
+    def _seen(records: RecordDict):
+        if TREE in records.config_records and TENSORS in records.array_records:
+            return from_records(records)
+        return {"configs": {name: sorted(rec) for name, rec in records.config_records.items()},
+                "arrays": {name: len(rec) for name, rec in records.array_records.items()}}
+
+    def send_and_receive(self, messages, *, timeout: float | None = None):
+        messages = list(messages)
+        for m in messages:
+            self.executor._count(m.content)
+            if WIRE_TAP is not None:
+                WIRE_TAP.append(("to node", "secagg+", m.metadata.dst_node_id, self._seen(m.content)))
+        replies = list(self.executor.grid.send_and_receive(messages, timeout=timeout))
+        for r in replies:
+            if not r.has_error():
+                self.executor._count(r.content)
+                if WIRE_TAP is not None:
+                    WIRE_TAP.append(("from node", "secagg+", r.metadata.src_node_id, self._seen(r.content)))
+        return replies
+
+
 def serve(grid: Grid, cfg, *, checkpoint=None, progress: bool = False, desc: str = "", timeout: float | None = None,
-          callbacks=(), min_nodes: int = 1):
-    """Build the experiment around a Flower executor and run fedlib's round loop; the Federation."""
+          callbacks=(), min_nodes: int = 1, node_loss: str = "stop"):
+    """Build the experiment around a Flower executor and run fedlib's round loop; the Federation. ``node_loss``:
+    what a node that stops answering does (``NODE_LOSS``)."""
     from fedlib.engine.loop import node_folder
     from fedlib.experiment.wiring import build
 
@@ -287,14 +404,11 @@ def serve(grid: Grid, cfg, *, checkpoint=None, progress: bool = False, desc: str
 
     def executor(setup, trainer, **_):
         holder["executor"] = FlowerExecutor(grid, cfg, None, timeout=timeout, min_nodes=min_nodes,
-                                            state_dir=state_dir)
+                                            state_dir=state_dir, node_loss=node_loss)
         return holder["executor"]
 
     fed = build(cfg, progress=progress, checkpoint=checkpoint, desc=desc, executor=executor)
-    holder["executor"].method = fed.method
-    if fed.evaluation.average_global and fed.method.personalized and not fed.method.has_global_model:
-        raise ConfigError("average_global", True, "False on Flower: the average of the clients' models would need "
-                          "every client's model on the server, and a client's model stays on its node")
+    holder["executor"].bind(fed)
     fed.on_round.extend(callbacks)
     fed.run()
     return fed
@@ -326,7 +440,8 @@ def deployed_server(grid: Grid, context: Context) -> None:
     cfg = config_from_json(str(context.run_config["config"]))
     timeout = float(context.run_config.get("client-timeout", 0)) or None
     started = time.time()
-    fed = serve(grid, cfg, progress=True, timeout=timeout, min_nodes=int(context.run_config.get("min-nodes", 1)))
+    fed = serve(grid, cfg, progress=True, timeout=timeout, min_nodes=int(context.run_config.get("min-nodes", 1)),
+                node_loss=str(context.run_config.get("node-loss", "stop")))
     record = record_of(dataclasses.replace(cfg, engine="flower"), fed, started)
     out = str(context.run_config.get("out", "") or "fedlib-flower-record.json")
     with open(out, "w") as f:
@@ -426,7 +541,7 @@ def _reply(msg: Message, content: dict, what: str) -> Message:
     return Message(content=to_records(content, what), reply_to=msg)
 
 
-client_app = ClientApp()
+client_app = ClientApp(mods=[secure_when_asked])
 
 
 @client_app.query()
@@ -442,7 +557,7 @@ def train(msg: Message, context: Context) -> Message:
     """One round of this node's sampled clients: fedlib's client side, the private slots kept here."""
     fed, content, slots = _node_request(msg, context)
     t = int(content["round"])
-    results, diverged = [], {}
+    results, diverged, uploads = [], {}, []
     for envelope in content["tasks"]:
         i = envelope["client_id"]
         model, state = slots.load(i, envelope["trained_in"])
@@ -454,8 +569,12 @@ def train(msg: Message, context: Context) -> Message:
             continue
         check_declared(fed.method, "upload", result.upload, i)
         slots.store(i, t, result.model, result.state)
-        results.append({"client_id": i, "upload": result.upload,
-                        "result": dataclasses.asdict(result.result)})
+        results.append({"client_id": i, "upload": result.upload, "result": dataclasses.asdict(result.result)})
+        uploads.append(result.upload)
+    if asks_secure(msg):   # SecAgg+'s masked-vector stage: one vector for the node, masked by secaggplus_mod
+        report = {"results": [{k: r[k] for k in ("client_id", "result")} for r in results], "diverged": diverged}
+        first = content["tasks"][0]["received"] if content["tasks"] else {}
+        return Message(content=node_vector(first, uploads, report, [r["client_id"] for r in results]), reply_to=msg)
     return _reply(msg, {"results": results, "diverged": diverged}, "the node's round results")
 
 

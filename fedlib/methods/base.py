@@ -88,6 +88,13 @@ class Method:
         return frozenset(k for c in cls.__mro__ for k in c.__dict__.get(f"{kind}_keys", ()))
 
     @classmethod
+    def sums_uploads(cls) -> bool:
+        """Whether the server needs only the sum of the uploads: its rule is FedAvg's sample-weighted mean of the
+        shared parts (``Method.aggregate``) and nothing else is uploaded. Secure aggregation (SecAgg+ on
+        Flower), which shows the server only that sum, can serve exactly these methods."""
+        return bool(cls.shared) and cls.aggregate is Method.aggregate and cls.declared("upload") == {"params", "n"}
+
+    @classmethod
     def versions(cls) -> dict[str, int]:
         """The ``version`` each class of the hierarchy declares (the cache key's method part)."""
         return {k.__name__: k.__dict__["version"] for k in cls.__mro__ if "version" in k.__dict__}
