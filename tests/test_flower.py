@@ -190,8 +190,9 @@ def test_a_node_holds_several_clients(no_processes_left):
 @pytest.mark.parametrize("method", ["fedavg", "ditto"])
 def test_secagg_plus_gives_the_in_process_model_and_no_node_sends_its_vector_in_the_clear(method, no_processes_left):
     """SecAgg+ between two nodes of two clients each: the global model after round 1 is the in-process one up to
-    Flower's quantization (2**22 levels over [-8, 8]), the metrics close to it; no reply of a node holds a tensor in the clear (the masked vector
-    travels as bytes, unmasked only as the sum), and the clients' tasks hold only their envelopes."""
+    Flower's quantization (2**22 levels over [-8, 8]), the metrics close to it; no reply of a node holds a tensor
+    in the clear (the masked vector travels as bytes, unmasked only as the sum), and the clients' tasks hold only
+    their envelopes."""
     from fedlib.experiment.runner import run_in_process
     from fedlib.flower import apps
 
@@ -231,7 +232,7 @@ def test_secagg_plus_is_refused_for_a_method_whose_server_needs_each_upload():
     served = [name for name, cls in METHODS.items() if cls.sums_uploads()]
     assert {"fedavg", "fedprox", "ditto", "fedper"} <= set(served)
     assert not {"scaffold", "fedproto", "fedpac", "fedgpa", "local"} & set(served)
-    with pytest.raises(ConfigError, match="None for scaffold: its server needs each client's upload.*fedavg"):
+    with pytest.raises(ConfigError, match="only None for scaffold, whose server needs each client's upload.*fedavg"):
         validate(make_config(method="scaffold", engine="flower", secure_aggregation="secagg+"))
     with pytest.raises(ConfigError, match="engine='flower'"):
         validate(make_config(method="fedavg", secure_aggregation="secagg+"))
@@ -240,7 +241,8 @@ def test_secagg_plus_is_refused_for_a_method_whose_server_needs_each_upload():
 
 
 class InProcessGrid:
-    """The Grid calls fedlib's server makes, answered in this process by fedlib's node handlers; node p + 1 of n
+    """The Grid calls fedlib's server makes, answered in this process by fedlib's ClientApp (its handlers and
+    mods: SecAgg+'s included); node p + 1 of n
     holds the clients i with i mod n = p. A node in ``lost`` answers its first ``lost[node]`` rounds (train and
     evaluate messages), then everything as Flower answers for a node that stopped (``NODE_UNAVAILABLE``)."""
 
@@ -255,12 +257,13 @@ class InProcessGrid:
         return list(self.contexts)
 
     def push_messages(self, messages):
+        import copy
         import uuid
 
         from flwr.app import Error, Message
         from flwr.common.constant import ErrorCode
 
-        from fedlib.flower import apps
+        from fedlib.flower.apps import client_app
 
         ids = []
         for m in messages:
@@ -268,9 +271,8 @@ class InProcessGrid:
             node, kind = m.metadata.dst_node_id, m.metadata.message_type
             if node in self.lost and self.rounds.get(node, 0) >= self.lost[node]:
                 reply = Message(Error(ErrorCode.NODE_UNAVAILABLE, "Error: Node Unavailable (test)"), reply_to=m)
-            else:
-                handler = {"query": apps.query, "train": apps.train, "evaluate": apps.evaluate}[kind]
-                reply = handler(m, self.contexts[node])
+            else:   # a node gets its own copy, as over a network (SecAgg+'s mod edits what it receives)
+                reply = client_app(copy.deepcopy(m), self.contexts[node])
                 self.rounds[node] = self.rounds.get(node, 0) + (kind == "evaluate")
             self.replies[m.metadata.message_id] = reply
             ids.append(m.metadata.message_id)
@@ -279,19 +281,27 @@ class InProcessGrid:
     def pull_messages(self, ids):
         return [self.replies.pop(i) for i in ids if i in self.replies]
 
+    def send_and_receive(self, messages, *, timeout=None):
+        return self.pull_messages(self.push_messages(messages))
+
+
+@pytest.fixture
+def server_process(monkeypatch):
+    """What Flower's runtime sets in a ServerApp's process (messages need a run id)."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for name in ("_run_id", "_node_id", "_task_id"):
+        monkeypatch.setattr(TaskIdentity, name, 1)
+
 
 @pytest.mark.parametrize("node_loss", ["stop", "continue"])
-def test_a_lost_node_stops_the_run_or_its_clients_are_left_out_and_the_record_says_so(node_loss, monkeypatch):
+def test_a_lost_node_stops_the_run_or_its_clients_are_left_out_and_the_record_says_so(node_loss, server_process):
     """Node 2 (clients 1 and 3) answers round 1, then is gone: "stop" ends the run with Flower's reason;
     "continue" trains and evaluates rounds 2-3 without its clients, says so and records it (no Ray: the nodes'
     handlers answer in this process)."""
     from fedlib.experiment.records import record_of
     from fedlib.flower.apps import serve
 
-    from flwr.supercore.task_identity import TaskIdentity
-
-    for name in ("_run_id", "_node_id", "_task_id"):   # what Flower's runtime sets in the ServerApp's process
-        monkeypatch.setattr(TaskIdentity, name, 1)
     cfg = dataclasses.replace(digits_config("fedavg"), rounds=3, engine="flower")
     local = run(dataclasses.replace(cfg, engine="inprocess"), cache_dir=None, progress=False)
     grid = InProcessGrid(2, lost={2: 1})
@@ -308,6 +318,24 @@ def test_a_lost_node_stops_the_run_or_its_clients_are_left_out_and_the_record_sa
     assert record_of(cfg, fed, 0.0)["left_out"] == {"2": [1, 3], "3": [1, 3]}
     with pytest.raises(ConfigError, match="node_loss"):
         serve(InProcessGrid(2, {}), cfg, node_loss="retry")
+
+
+@pytest.mark.parametrize("node_loss", ["stop", "continue"])
+def test_secagg_plus_goes_on_without_a_node_lost_between_rounds(node_loss, server_process):
+    """Node 3 of 3 (clients 2 and 5) is gone from round 2 on: it does not answer SecAgg+'s setup, so it leaves
+    the round and the other two nodes' sum is unmasked; "stop" ends the run there, "continue" goes on."""
+    from fedlib.flower.apps import serve
+
+    cfg = dataclasses.replace(digits_config("fedavg"), num_clients=6, rounds=2, engine="flower",
+                              secure_aggregation="secagg+")
+    grid = InProcessGrid(3, lost={3: 1})
+    if node_loss == "stop":
+        with pytest.raises(ClientFailed, match=r"clients \[2, 5\] are not in round 2's secure aggregate"):
+            serve(grid, cfg, node_loss=node_loss)
+        return
+    fed = serve(grid, cfg, node_loss=node_loss)
+    assert fed.executor.left_out == {1: [2, 5]} and set(fed.executor.gone) == {3}
+    assert [len(h["personal_local_acc_clients"]) for h in fed.history] == [6, 4]
 
 
 def test_node_config_names_the_clients_a_node_holds():

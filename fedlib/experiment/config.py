@@ -235,11 +235,11 @@ def validate(cfg: Config) -> None:
     if cfg.secure_aggregation is not None:
         check(cfg.secure_aggregation == "secagg+", "secure_aggregation", cfg.secure_aggregation, "'secagg+' or None")
         check(cfg.engine == "flower", "secure_aggregation", cfg.secure_aggregation,
-              "None with engine 'inprocess' (secure aggregation runs between Flower nodes: engine='flower')")
-        served = [name for name, cls in METHODS.items() if cls.sums_uploads()]
+              "only None with engine 'inprocess' (secure aggregation runs between Flower nodes: engine='flower')")
+        served = ", ".join(name for name, cls in METHODS.items() if cls.sums_uploads())
         check(METHODS[cfg.method].sums_uploads(), "secure_aggregation", cfg.secure_aggregation,
-              f"None for {cfg.method}: its server needs each client's upload, not only their sum (SecAgg+ serves "
-              f"the methods whose server rule is FedAvg's weighted mean of the shared parts: {', '.join(served)})")
+              f"only None for {cfg.method}, whose server needs each client's upload, not only their sum (SecAgg+ "
+              f"serves the methods whose server rule is FedAvg's weighted mean of the shared parts: {served})")
     check(cfg.workers is None or (isinstance(cfg.workers, (int, np.integer)) and cfg.workers >= 1), "workers",
           cfg.workers, "a positive integer or None")
     check(isinstance(cfg.backbone_input, (int, np.integer)) and cfg.backbone_input >= 16, "backbone_input",

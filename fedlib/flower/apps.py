@@ -331,8 +331,13 @@ class FlowerExecutor:
         if diverged:
             first = next(task.client_id for task in tasks if task.client_id in diverged)
             raise TrainingDiverged(diverged[first])
-        missing = [task.client_id for task in tasks if task.client_id not in out]
-        if missing:   # their node dropped out after it trained: SecAgg+ unmasked the sum without it
+        missing = [x.client_id for group in groups.values() for x in group if x.client_id not in out]
+        if missing:   # their node dropped out of the protocol: SecAgg+ unmasked the sum without it
+            if self.node_loss == "stop":
+                raise ClientFailed(f"clients {missing} are not in round {t + 1}'s secure aggregate: their Flower node "
+                                   "dropped out of SecAgg+ (node-loss 'continue' goes on without them)")
+            for node in {self.holders()[i] for i in missing}:
+                self._lose(node, "it dropped out of SecAgg+")
             self._leave_out(t, missing, "their Flower node dropped out of SecAgg+")
         return [out[task.client_id] for task in tasks if task.client_id in out]
 

@@ -91,6 +91,16 @@ class _Cohort:
         return None, {}
 
 
+class _Nodes:
+    """The one call the workflow makes of a Flower ClientManager (how many nodes it may sample, for its log)."""
+
+    def __init__(self, nodes: list[int]):
+        self.nodes = nodes
+
+    def num_available(self) -> int:
+        return len(self.nodes)
+
+
 class _FedlibTasks(SecAggPlusWorkflow):
     """SecAgg+ whose masked-vector stage carries each node fedlib's own train message (its clients' tasks)."""
 
@@ -101,7 +111,20 @@ class _FedlibTasks(SecAggPlusWorkflow):
     def setup_stage(self, grid, context, state) -> bool:
         ok = super().setup_stage(grid, context, state)
         state.nid_to_fitins = {nid: self.messages[nid] for nid in state.nid_to_fitins}
-        return ok
+        return ok and self._forget_silent(state)
+
+    def share_keys_stage(self, grid, context, state) -> bool:
+        return super().share_keys_stage(grid, context, state) and self._forget_silent(state)
+
+    @staticmethod
+    def _forget_silent(state) -> bool:
+        """A node that did not answer the setup or the key sharing never took part: it leaves the round. (Flower's
+        stages would count it as dropped out at the unmasking and ask the others for key shares of it that nobody
+        holds; only a node lost after it shared its keys is a dropout SecAgg+ recovers from.)"""
+        state.sampled_node_ids = set(state.active_node_ids)
+        active = state.active_node_ids
+        state.nid_to_neighbours = {nid: nbs & active for nid, nbs in state.nid_to_neighbours.items() if nid in active}
+        return True
 
 
 def secure_round(grid, messages: dict[int, RecordDict], weight_bound: float, round_: int,
@@ -116,7 +139,7 @@ def secure_round(grid, messages: dict[int, RecordDict], weight_bound: float, rou
     cohort = _Cohort(sorted(messages))
     # the cohort stands in for a Strategy: it answers the two calls the workflow makes
     context = LegacyContext(Context(run_id=0, node_id=0, node_config={}, state=RecordDict(), run_config={}),
-                            strategy=cohort)  # type: ignore[arg-type]
+                            strategy=cohort, client_manager=_Nodes(sorted(messages)))  # type: ignore[arg-type]
     context.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({WorkflowKey.CURRENT_ROUND: round_ + 1})
     context.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord()
     state = WorkflowState()
