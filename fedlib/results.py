@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from fedlib.experiment import Config, build, make_config
+from fedlib.experiment import Config, build, device_description, make_config
 
 RESULTS = Path(os.environ.get("FEDLIB_RESULTS", Path(__file__).resolve().parents[1] / "results"))
 KEEP = (
@@ -146,10 +146,22 @@ def lookup(chapter: str, configs: list[Config], root: Path = RESULTS) -> list[St
 
 
 # ---------------------------------------------------------------------- integrity
-# relative train loss / absolute accuracy. Same device kind and executor: float rounding only (thread
-# counts), at most a test sample or two flipping; another device or executor: float32 arithmetic
-# differs from the first step on, and two rounds drift apart by a little.
+# relative train loss / absolute accuracy. Same processor model (or GPU) and executor: float rounding only
+# (thread counts), at most a test sample or two flipping; another device, processor model or executor (or a
+# record that does not name its processor): float32 arithmetic differs from the first step on, and two rounds
+# drift apart by a little.
 TOLERANCE = {"same": {"loss": 1e-5, "acc": 0.005}, "cross": {"loss": 0.02, "acc": 0.02}}
+
+
+def same_hardware(recorded_device: str, device: str) -> bool:
+    """Whether a record's device description names the hardware ``device`` is here: the same GPU model, or a
+    CPU of the same model (``device_description``: "cpu (<model>, ...)"; a record that names no model is not
+    known to be the same)."""
+    def kind_and_model(description: str) -> tuple[str, str]:
+        kind, _, rest = description.partition(" (")
+        return kind.split(":")[0], rest.split(",")[0]
+
+    return kind_and_model(recorded_device) == kind_and_model(device_description(device))
 
 
 def replay(record: dict, rounds: int = 2, device: str = "cpu", executor: str = "sequential") -> list[dict]:
@@ -158,7 +170,7 @@ def replay(record: dict, rounds: int = 2, device: str = "cpu", executor: str = "
     cfg = make_config(**{**record["config"], "device": device, "executor": executor})
     fed = build(cfg)
     recorded = {row["round"]: row for row in record["history"]}
-    same = record.get("executor", "sequential") == executor and str(record.get("device", "")).startswith(device)
+    same = record.get("executor", "sequential") == executor and same_hardware(str(record.get("device", "")), device)
     checks = []
     for t in range(min(rounds, cfg.rounds)):
         row = fed.run_round(t)

@@ -6,6 +6,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from test_executors import agreement_bound, max_difference
 
 from fedlib.data.partition import class_counts, partition_with_server
 from fedlib.engine.client import local_update
@@ -73,8 +74,9 @@ def test_extra_tensors_batched_equal_sequential(margin_method):
     tasks = [fed.task(c, 0) for c in fed.clients]
     batched = fed.executor.run(fed.method, copy.deepcopy(tasks))
     for task, b in zip(tasks, batched):
-        a = local_update(fed.method, task, fed.setup, fed.trainer)
-        assert max(float((a.model[k] - b.model[k]).abs().max()) for k in a.model) < 1e-5
+        a = local_update(fed.method, copy.deepcopy(task), fed.setup, fed.trainer)
+        gap = max_difference(a.model, b.model)
+        assert gap < 1e-5 or gap < agreement_bound(fed, task, a), gap   # rounding, or a discontinuity of training
 
 
 def test_phase_weight_decay_overrides_the_experiment():

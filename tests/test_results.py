@@ -427,3 +427,18 @@ def test_each_chapter_lists_the_evaluation_protocol_its_paper_reports():
     rows, _ = by_method(fedpcl)
     assert rows["Per-FedAvg"]["before evaluation"].startswith("1 step")
     assert rows["FedPCL"]["accuracy: model"] == "each client's own model (no weights sent)"
+
+
+def test_a_record_replays_at_rounding_tolerance_only_on_the_same_processor_model():
+    import torch
+
+    from fedlib.experiment import device_description
+    from fedlib.results import same_hardware
+
+    here = device_description("cpu")
+    assert same_hardware(here, "cpu")
+    other_threads = here.replace(f", {torch.get_num_threads()} threads", ", 7 threads")
+    assert other_threads != here and same_hardware(other_threads, "cpu")   # threads round alike enough
+    assert not same_hardware("cpu (x86_64, 1 threads, torch 2.14.1+cu130)", "cpu")   # names no model: unknown
+    assert not same_hardware("cpu (Another CPU 9000, x86_64, 1 threads, torch 2.14.1)", "cpu")
+    assert not same_hardware("cuda:0 (NVIDIA H100 80GB HBM3, torch 2.14.1+cu130)", "cpu")

@@ -39,10 +39,22 @@ def code_version() -> str:
     return f"fedlib {fedlib.__version__}" + (f" ({rev}{'+changes' if changed else ''})" if rev else "")
 
 
+def cpu_model() -> str:
+    """The processor's model name (Linux: /proc/cpuinfo), else what ``platform`` says: two CPUs of another
+    model may round float32 kernels differently."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown model"
+
+
 def device_description(device: str) -> str:
     if device.startswith("cuda"):
         return f"{device} ({torch.cuda.get_device_name(device)}, torch {torch.__version__})"
-    return f"cpu ({platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__})"
+    return f"cpu ({cpu_model()}, {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__})"
 
 
 def atomic_json(path: Path, obj) -> None:
