@@ -15,8 +15,9 @@ psutil = pytest.importorskip("psutil")
 
 from fedlib.cli import main  # noqa: E402
 from fedlib.errors import ConfigError  # noqa: E402
-from fedlib.experiment import make_config, run, validate  # noqa: E402
+from fedlib.experiment import build, make_config, run, validate  # noqa: E402
 from fedlib.flower import ClientFailed, simulate  # noqa: E402
+from fedlib.flower.audit import WireViolation, audit  # noqa: E402
 from fedlib.flower.codec import UnsendableValue, from_records, to_records  # noqa: E402
 from fedlib.methods import METHODS  # noqa: E402
 
@@ -85,57 +86,6 @@ def test_messages_round_trip_through_flower_records():
         to_records({"ids": {1, 2}}, "upload")
 
 
-ENVELOPES = {("to node", "query"): set(), ("from node", "query"): {"clients"},
-             ("to node", "train"): {"round", "tasks"}, ("from node", "train"): {"results", "diverged"},
-             ("to node", "evaluate"): {"round", "tasks", "jobs", "global", "anonymous"},
-             ("from node", "evaluate"): {"confusions"}}
-PRIVATE_NAMES = {"state", "model", "models", "personal", "x", "y", "features", "labels", "data"}
-
-
-def audit(wire: list, method_cls, cfg) -> dict:
-    """Every message of a run holds only its envelope's keys, the method's declared broadcast and upload keys,
-    no private name at any depth, and no tensor with a per-sample dimension (a client's number of training or
-    test samples); returns the number of messages of each kind."""
-    from fedlib.engine.core import LocalResult
-    from fedlib.experiment import build
-
-    fed = build(cfg)
-    sizes = {int(len(i)) for i in fed.setup.train_idx} | {int(len(i)) for i in fed.data.test_idx}
-    weights = {d for p in fed.trainer.model.parameters() for d in p.shape}
-    per_sample = sizes - weights
-    broadcast, upload = method_cls.declared("broadcast"), method_cls.declared("upload")
-    counts: dict = {}
-
-    def walk(obj, where):
-        if isinstance(obj, dict):
-            for k, v in obj.items():
-                assert k not in PRIVATE_NAMES, f"{where} holds a key {k!r}"
-                walk(v, f"{where}.{k}")
-        elif isinstance(obj, (list, tuple)):
-            for i, v in enumerate(obj):
-                walk(v, f"{where}[{i}]")
-        elif isinstance(obj, (torch.Tensor, np.ndarray)):
-            assert not per_sample & set(obj.shape), f"{where} has a per-sample dimension: shape {tuple(obj.shape)}"
-
-    for direction, kind, _node, content in wire:
-        counts[(direction, kind)] = counts.get((direction, kind), 0) + 1
-        assert set(content) == ENVELOPES[(direction, kind)], (direction, kind, set(content))
-        for task in content.get("tasks", []) if direction == "to node" else []:
-            assert set(task) == {"client_id", "received", "trained_in"}
-            assert set(task["received"]) <= broadcast
-            walk(task["received"], "received")
-        for r in content.get("results", []):
-            assert set(r) == {"client_id", "upload", "result"}
-            assert set(r["upload"]) <= upload and set(r["result"]) == {f.name for f in dataclasses.fields(LocalResult)}
-            walk(r["upload"], "upload")
-        for family, per_client in content.get("confusions", {}).items():
-            K = fed.data.num_classes
-            assert all(c.shape == (K, K) and c.dtype.kind in "iu" for v in per_client for c in v.values()), family
-        walk(content.get("global"), "global model")
-        walk(content.get("anonymous"), "anonymous broadcast")
-    return counts
-
-
 # the issue's six methods: FedAvg; SCAFFOLD (a private control variate); Ditto (a private personal model);
 # FedProto, FedPAC and FedGPA (prototype methods; FedGPA keeps a personal model)
 @pytest.mark.parametrize("method, hyper", [("fedavg", {}), ("scaffold", {}), ("ditto", {}), ("fedproto", {}),
@@ -157,7 +107,7 @@ def test_flower_simulation_gives_the_in_process_records_and_sends_nothing_privat
         assert_same_metrics(a, b)
     assert_same_metrics(local["final"], flower["final"], where="final")
     assert flower["key"] == local["key"]   # the engine does not change the result: same cache entry
-    counts = audit(wire, METHODS[method], cfg)
+    counts = audit(wire, build(cfg))
     nodes = cfg.num_clients   # one virtual node per client: one message per node and step
     assert counts == {("to node", "query"): nodes, ("from node", "query"): nodes,
                       ("to node", "train"): 2 * nodes, ("from node", "train"): 2 * nodes,
@@ -225,6 +175,10 @@ def test_secagg_plus_gives_the_in_process_model_and_no_node_sends_its_vector_in_
     tasks = [t for d, _, c in secure if d == "to node" and "tasks" in c for t in c["tasks"]]
     assert len(tasks) == 2 * 4 and all(set(t) == {"client_id", "received", "trained_in"} for t in tasks)
     assert not any(kind == "train" for _, kind, _, _ in wire)   # every round went through SecAgg+
+    audit(wire, build(cfg))
+    leak = [("from node", "secagg+", 1, {"configs": {}, "arrays": {"fitres.parameters": 8}})]
+    with pytest.raises(WireViolation, match="tensors in the clear"):
+        audit(leak, build(cfg))
     assert no_processes_left()
 
 

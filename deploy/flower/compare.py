@@ -3,8 +3,9 @@ SuperNode authentication, each node holding its own clients) and compare its rec
 
     .venv/bin/python deploy/flower/compare.py fedavg scaffold ditto fedproto fedpac fedgpa [--nodes 2]
 
-Prints, per method, the seconds the rehearsal took and the largest difference between the two records over
-every metric of every round (per-client lists included); exits 1 if one differs by more than 1e-5.
+Prints, per method, the seconds the rehearsal took, the largest difference between the two records over every
+metric of every round (per-client lists included) and the messages the deployed ServerApp audited (run config
+``audit = true``: ``fedlib.flower.audit``); exits 1 if a record differs by more than 1e-5 or the audit fails.
 """
 from __future__ import annotations
 
@@ -51,12 +52,12 @@ def main() -> int:
     from fedlib.experiment import make_config, run
 
     failed = False
-    print(f"{'method':10s} {'rehearsal s':>11s} {'max |diff|':>11s}  final (deployment)")
+    print(f"{'method':10s} {'rehearsal s':>11s} {'max |diff|':>11s} {'audited':>9s}  final (deployment)")
     for method in args.methods:
         cfg = config(method, args.clients)
         started = time.time()
         out = subprocess.run([str(HERE / "loopback.sh"), str(args.nodes), str(args.clients)], capture_output=True,
-                             text=True, env={**os.environ, "RUN_CONFIG": f"config='{json.dumps(cfg)}'"})
+                             text=True, env={**os.environ, "RUN_CONFIG": f"config='{json.dumps(cfg)}' audit=true"})
         seconds = time.time() - started
         found = re.search(r"^record: (\S+)", out.stdout, re.M)
         if out.returncode or not found:
@@ -66,9 +67,11 @@ def main() -> int:
         deployed = json.loads(Path(found.group(1)).read_text())
         local = run(make_config(**cfg), cache_dir=None, progress=False)
         gap = largest_difference(local, deployed)
-        failed |= not gap <= TOLERANCE
+        audited = deployed.get("audit", {})
+        failed |= not (gap <= TOLERANCE and audited.get("passed"))
         final = {k: round(v, 5) for k, v in deployed["final"].items() if k.endswith("_acc")}
-        print(f"{method:10s} {seconds:11.0f} {gap:11.2e}  {final}", flush=True)
+        print(f"{method:10s} {seconds:11.0f} {gap:11.2e} {sum(audited.get('messages', {}).values()):9d}  {final}",
+              flush=True)
     return 1 if failed else 0
 
 

@@ -442,12 +442,22 @@ server_app = ServerApp()
 def deployed_server(grid: Grid, context: Context) -> None:
     from fedlib.experiment.records import record_of
 
+    global WIRE_TAP
     cfg = config_from_json(str(context.run_config["config"]))
     timeout = float(context.run_config.get("client-timeout", 0)) or None
+    checked = bool(context.run_config.get("audit", False))   # audit every message (``fedlib.flower.audit``)
+    if checked:
+        WIRE_TAP = []
     started = time.time()
     fed = serve(grid, cfg, progress=True, timeout=timeout, min_nodes=int(context.run_config.get("min-nodes", 1)),
                 node_loss=str(context.run_config.get("node-loss", "stop")))
     record = record_of(dataclasses.replace(cfg, engine="flower"), fed, started)
+    if checked:
+        from fedlib.flower.audit import audit
+
+        counts = audit(WIRE_TAP or [], fed)   # raises WireViolation, naming the message, if one fails
+        record["audit"] = {"passed": True, "messages": {f"{d} {k}": n for (d, k), n in sorted(counts.items())}}
+        print(f"fedlib: message audit passed ({sum(counts.values())} messages)")
     out = str(context.run_config.get("out", "") or "fedlib-flower-record.json")
     with open(out, "w") as f:
         json.dump(record, f, indent=1, default=str)
