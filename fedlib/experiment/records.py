@@ -39,6 +39,7 @@ def code_version() -> str:
     return f"fedlib {fedlib.__version__}" + (f" ({rev}{'+changes' if changed else ''})" if rev else "")
 
 
+@functools.lru_cache(maxsize=1)
 def cpu_model() -> str:
     """The processor's model name (Linux: /proc/cpuinfo), else what ``platform`` says: two CPUs of another
     model may round float32 kernels differently."""

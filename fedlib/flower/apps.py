@@ -296,23 +296,32 @@ class FlowerExecutor:
             return self._secure_run(tasks, groups, t)
         replies = self._exchange({node: ("train", {"round": t, "tasks": [self._envelope(x) for x in group]})
                                   for node, group in groups.items()}, f"round {t + 1}")
-        out: dict[int, ClientResult] = {}
-        diverged: dict[int, str] = {}
         for reply in replies.values():
-            diverged.update(reply["diverged"])
             for r in reply["results"]:
                 check_declared(method, "upload", r["upload"], r["client_id"])
-                out[r["client_id"]] = ClientResult(r["client_id"], r["upload"], {}, {TRAINED_IN: t},
-                                                   LocalResult(**r["result"]), {})
-        if diverged:   # as in-process: the first client of the cohort whose loss became non-finite
-            first = next(task.client_id for task in tasks if task.client_id in diverged)
-            raise TrainingDiverged(diverged[first])
+        out = self._results(tasks, t, replies.values(), lambda r: r["upload"])
         lost = [x.client_id for node, group in groups.items() if node not in replies for x in group]
         if lost:
             self._leave_out(t, lost, "their Flower node was lost in this round")
         if not out:
             raise ClientFailed(f"round {t + 1}: no Flower node holding its clients is left ({self.gone})")
         return [out[task.client_id] for task in tasks if task.client_id in out]
+
+    @staticmethod
+    def _results(tasks: list[ClientTask], t: int, reports, upload_of) -> dict[int, ClientResult]:
+        """{client: its ClientResult} from the nodes' reports (``upload_of(result)``: the upload it stands for); as
+        in-process, a client whose loss became non-finite (the first of the cohort) stops the round."""
+        out: dict[int, ClientResult] = {}
+        diverged: dict[int, str] = {}
+        for report in reports:
+            diverged.update({int(i): why for i, why in report["diverged"].items()})
+            for r in report["results"]:
+                out[r["client_id"]] = ClientResult(r["client_id"], upload_of(r), {}, {TRAINED_IN: t},
+                                                   LocalResult(**r["result"]), {})
+        if diverged:
+            first = next(task.client_id for task in tasks if task.client_id in diverged)
+            raise TrainingDiverged(diverged[first])
+        return out
 
     def _secure_run(self, tasks: list[ClientTask], groups: dict[int, list[ClientTask]], t: int) -> list[ClientResult]:
         """The round with SecAgg+ between the nodes: each client that took part gets the unmasked mean as its
@@ -321,16 +330,7 @@ class FlowerExecutor:
                     for node, group in groups.items()}
         mean, reports = secure_round(ObservedGrid(self), messages, self.weight_bound, t, self.timeout)
         mean = {k: v.to(self.device) for k, v in mean.items()}
-        out: dict[int, ClientResult] = {}
-        diverged: dict[int, str] = {}
-        for report in reports:
-            diverged.update({int(i): why for i, why in report["diverged"].items()})
-            for r in report["results"]:
-                out[r["client_id"]] = ClientResult(r["client_id"], {"params": mean, "n": 1}, {}, {TRAINED_IN: t},
-                                                   LocalResult(**r["result"]), {})
-        if diverged:
-            first = next(task.client_id for task in tasks if task.client_id in diverged)
-            raise TrainingDiverged(diverged[first])
+        out = self._results(tasks, t, reports, lambda r: {"params": mean, "n": 1})
         missing = [x.client_id for group in groups.values() for x in group if x.client_id not in out]
         if missing:   # their node dropped out of the protocol: SecAgg+ unmasked the sum without it
             if self.node_loss == "stop":
