@@ -75,8 +75,8 @@ def test_scaffold_option_ii_control_update_and_server_rule():
     """Option II: c_i+ = c_i - c + (x - y_i) / (K lr). x = (1, 2), y = (0.5, 2.5), c = (0.1, 0.2),
     c_i = (0, 0.4), K = 5 steps, lr = 0.1: (x - y) / 0.5 = (1, -1), c_i+ = (0.9, -0.8), delta = (0.9, -1.2).
     Server with N = 4 clients, two uploading (the other delta (0.3, 0.4), n = 1 and 3):
-    c = (0.1, 0.2) + ((0.9, -1.2) + (0.3, 0.4)) / 4 = (0.4, 0.0); x = (1 * (0.5, 2.5) + 3 * (1.5, 0.5)) / 4
-    = (1.25, 1.0)."""
+    c = (0.1, 0.2) + ((0.9, -1.2) + (0.3, 0.4)) / 4 = (0.4, 0.0); x = the unweighted mean of the two models
+    (Algorithm 1: x + (1/|S|) sum delta y_i, whatever their n) = ((0.5, 2.5) + (1.5, 0.5)) / 2 = (1.0, 1.5)."""
     method = Scaffold()
     x, c = torch.tensor([1.0, 2.0]), torch.tensor([0.1, 0.2])
     ctx = context(received={"params": {"w": x}, "control": {"w": c}},
@@ -91,7 +91,7 @@ def test_scaffold_option_ii_control_update_and_server_rule():
     other = {"params": {"w": torch.tensor([1.5, 0.5])}, "n": 3, "delta_control": {"w": torch.tensor([0.3, 0.4])}}
     method.aggregate(server, {0: up, 2: other})
     assert torch.allclose(server.state["control"]["w"], torch.tensor([0.4, 0.0]), atol=1e-6)
-    assert torch.allclose(server.state["global"]["w"], torch.tensor([1.25, 1.0]))
+    assert torch.allclose(server.state["global"]["w"], torch.tensor([1.0, 1.5]))
 
 
 # ---------------------------------------------------------------------- Ditto
@@ -200,3 +200,34 @@ def test_moon_keeps_the_trained_model_as_next_rounds_previous():
     method.upload(context(state=state), {"local": trained}, LocalResult(1, 0.0))
     assert state["previous"] is trained
 
+
+
+# ---------------------------------------------------------------------- FedProto's server
+@pytest.mark.parametrize("weights, expected", [("counts", [0.75, 0.25]), ("uniform", [0.5, 0.5])])
+def test_fedproto_global_prototypes_weighted_by_counts_or_uniformly(weights, expected):
+    """Class 0: client A holds 3 samples with prototype (1, 0), client B 1 sample with (0, 1); class 1 only B,
+    (2, 2). Eq. 6 (counts): C_bar^(0) = (3 (1, 0) + 1 (0, 1)) / 4 = (0.75, 0.25); the official code's plain mean
+    over the clients holding the class: (0.5, 0.5). Class 1 is (2, 2) either way; a class nobody holds is absent."""
+    from fedlib.methods import make_method
+
+    method = make_method("fedproto", proto_weights=weights)
+    server = Server(num_clients=2, num_classes=3)
+    method.init_server(server, {"w": torch.zeros(1)})
+    ups = {0: {"protos": torch.tensor([[1.0, 0.0], [0.0, 0.0], [0.0, 0.0]]), "counts": torch.tensor([3, 0, 0])},
+           1: {"protos": torch.tensor([[0.0, 1.0], [2.0, 2.0], [0.0, 0.0]]), "counts": torch.tensor([1, 4, 0])}}
+    method.aggregate(server, ups)
+    assert torch.allclose(server.state["protos"][0], torch.tensor(expected))
+    assert torch.allclose(server.state["protos"][1], torch.tensor([2.0, 2.0]))
+    assert server.state["present"].tolist() == [True, True, False]
+
+
+def test_a_hyperparameter_added_later_keeps_the_cache_key_at_its_default():
+    """FedProto's proto_weights came after committed records: at its default the key is the one the committed
+    FedPCL records were made under; another value gives another key."""
+    from fedlib.experiment import make_config
+
+    plain = make_config(method="fedproto")
+    assert make_config(method="fedproto", hyper={"proto_weights": "counts"}).key() == plain.key()
+    assert make_config(method="fedproto", hyper={"proto_weights": "uniform"}).key() != plain.key()
+    assert make_config(method="fedproto", drop_last=False).key() == plain.key()
+    assert make_config(method="fedproto", drop_last=True).key() != plain.key()

@@ -269,3 +269,30 @@ def test_pfedcspc_chapter_methods_batched_match_sequential(method):
         for a, b in zip(reference, batched):
             assert a.result.steps == b.result.steps
             assert max_difference(a.model, b.model) < 1e-5, method
+
+
+@pytest.mark.parametrize("executor", ["batched", "process"])
+def test_drop_last_skips_each_epochs_partial_batch_in_every_executor(executor):
+    """Clients of 280-342 samples, batch 32, 2 epochs: with drop_last a client of n samples steps
+    2 * floor(n / 32) times (torch's DataLoader(drop_last=True)), without it 2 * ceil(n / 32) times; the other
+    executors take the same steps to the same model."""
+    rounds, fed = compare_rounds("fedavg", executor, rounds=1, drop_last=True, workers=2)
+    for reference, other, tasks in rounds:
+        for a, b in zip(reference, other):
+            n = len(fed.setup.train_idx[a.client_id])
+            assert a.result.steps == b.result.steps == 2 * (n // 32)
+            assert max_difference(a.model, b.model) < 1e-5
+    rounds, fed = compare_rounds("fedavg", "sequential", rounds=1)
+    for a in rounds[0][0]:
+        n = len(fed.setup.train_idx[a.client_id])
+        assert a.result.steps == 2 * -(-n // 32)
+
+
+def test_drop_last_keeps_the_one_batch_of_a_client_smaller_than_a_batch():
+    from fedlib.engine.training import full_batches
+
+    order = torch.arange(7)
+    assert full_batches(order, 10, True).tolist() == list(range(7))
+    assert full_batches(torch.arange(31), 10, True).tolist() == list(range(30))
+    assert full_batches(torch.arange(31), 10, False).tolist() == list(range(31))
+    assert full_batches(torch.arange(30), 10, True).tolist() == list(range(30))

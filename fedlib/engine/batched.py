@@ -17,7 +17,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from fedlib.engine.core import Batch, ClientContext, Out, Params, Phase
-from fedlib.engine.training import OptimizerSpec, epoch_orders
+from fedlib.engine.training import OptimizerSpec, epoch_orders, full_batches
 from fedlib.models import SplitModel, network_params, part_of
 
 
@@ -140,10 +140,11 @@ class BatchedTrainer:
     """Trains the clients of one phase together (see the module docstring)."""
 
     def __init__(self, model: SplitModel, train_x: torch.Tensor, train_y: torch.Tensor, batch_size: int,
-                 optimizer: OptimizerSpec | None = None, overhead: float | None = None):
+                 optimizer: OptimizerSpec | None = None, overhead: float | None = None, drop_last: bool = False):
         self.model = model
         self.x, self.y = train_x.contiguous(), train_y
         self.batch_size = batch_size
+        self.drop_last = drop_last
         self.optimizer = optimizer or OptimizerSpec()
         # cost of one lockstep step in units of one client's batch: kernel launches dominate on a GPU
         self.overhead = overhead if overhead is not None else (16.0 if train_x.is_cuda else 1.0)
@@ -159,10 +160,11 @@ class BatchedTrainer:
     # ------------------------------------------------------------------ schedules
     def schedule(self, train_idx: torch.Tensor, epochs: int, max_steps: int | None, seed_keys) -> tuple:
         """(indices (S, B), weights (S, B)) of one client's phase: the sequential executor's batches,
-        each epoch's last one padded with zero-weight copies of the epoch's first sample."""
+        each epoch's last one (unless dropped) padded with zero-weight copies of the epoch's first sample."""
         B = self.batch_size
         idx_epochs, w_epochs = [], []
         for order in epoch_orders(train_idx, epochs, seed_keys):
+            order = full_batches(order, B, self.drop_last)
             n = len(order)
             pad = (-n) % B
             idx_epochs.append(torch.cat([order, order[:1].expand(pad)]).view(-1, B))

@@ -14,13 +14,15 @@ from fedlib.engine.core import derived_seed
 
 @dataclass(frozen=True)
 class LocalTraining:
-    """Every client's local training: epochs per round, mini-batch size, step size, optimizer."""
+    """Every client's local training: epochs per round, mini-batch size, step size, optimizer, and whether an
+    epoch's last mini-batch smaller than ``batch_size`` is skipped (``drop_last``, as torch's DataLoader)."""
     epochs: int
     batch_size: int
     lr: float
     optimizer: str = "sgd"
     momentum: float = 0.0
     weight_decay: float = 0.0
+    drop_last: bool = False
 
 
 class Participation:

@@ -37,13 +37,11 @@ def epoch_orders(train_idx: torch.Tensor, epochs: int, seed_keys: tuple[int, ...
     return [train_idx[torch.randperm(n, generator=gen).to(train_idx.device)] for _ in range(epochs)]
 
 
-def steps_per_epoch(n: int, batch_size: int) -> int:
-    return (n + batch_size - 1) // batch_size
-
-
-def phase_steps(n: int, batch_size: int, epochs: int, max_steps: int | None) -> int:
-    total = epochs * steps_per_epoch(n, batch_size)
-    return total if max_steps is None else min(total, max_steps)
+def full_batches(order: torch.Tensor, batch_size: int, drop_last: bool) -> torch.Tensor:
+    """An epoch's order, without its last mini-batch where ``drop_last`` and that batch is partial (torch's
+    ``DataLoader(drop_last=True)``); a client with fewer samples than one batch keeps its one batch."""
+    n = len(order)
+    return order[:n - n % batch_size] if drop_last and n >= batch_size else order
 
 
 def diverged(value: float, ctx: ClientContext, lr: float) -> TrainingDiverged:
@@ -79,7 +77,7 @@ class Trainer:
     accumulated on the device and checked once per phase (no host synchronisation per step)."""
 
     def __init__(self, model: SplitModel, train_x: torch.Tensor, train_y: torch.Tensor, batch_size: int,
-                 optimizer: OptimizerSpec = OptimizerSpec()):
+                 optimizer: OptimizerSpec = OptimizerSpec(), drop_last: bool = False):
         if not train_x.is_cuda:
             tune_allocator()
         # channels_last: ~1.7x faster small convolutions on CPU (see benchmarks/round_speed.py)
@@ -87,6 +85,7 @@ class Trainer:
         self.model = model.to(memory_format=self.layout)
         self.x, self.y = train_x.contiguous(memory_format=self.layout), train_y
         self.batch_size = batch_size
+        self.drop_last = drop_last
         self.optimizer = optimizer
         self.buffer_names = frozenset(name for name, _ in self.model.named_buffers())
 
@@ -145,6 +144,7 @@ class Trainer:
         model.train()
         loss_ctx = ctx.loss_view()
         for order in epoch_orders(train_idx, epochs, seed_keys):
+            order = full_batches(order, self.batch_size, self.drop_last)
             for start in range(0, len(order), self.batch_size):
                 if phase.max_steps is not None and steps >= phase.max_steps:
                     break

@@ -90,6 +90,7 @@ class Config:
     optimizer: str = "sgd"
     momentum: float = 0.0
     weight_decay: float = 0.0
+    drop_last: bool = False        # skip each epoch's last partial mini-batch (torch's DataLoader(drop_last=True))
     model: str | None = None
     hyper: dict = field(default_factory=dict)
     seed: int = 0
@@ -120,7 +121,7 @@ class Config:
                    if k not in self.RUNTIME_FIELDS and not (k in OFF_BY_DEFAULT and v == OFF_BY_DEFAULT[k])}
         if not self.backbones:
             payload.pop("backbone_input")
-        payload["hyper"] = dataclasses.asdict(method.hp)  # defaults included
+        payload["hyper"] = method.hp.keyed()  # defaults included (but for fields added later)
         payload["_method_versions"] = method.versions()
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
@@ -140,7 +141,7 @@ class Config:
     # the protocol objects the engine runs
     def local_training(self) -> LocalTraining:
         return LocalTraining(self.local_epochs, self.batch_size, self.lr, self.optimizer, self.momentum,
-                             self.weight_decay)
+                             self.weight_decay, self.drop_last)
 
     def with_budget(self, budget: str | None) -> Config:
         if budget is None:
@@ -153,7 +154,7 @@ FIELDS = {f.name for f in dataclasses.fields(Config)} | set(FLAT_NAMES)
 # fields whose default leaves results as they were before the field existed: omitted from the key then
 OFF_BY_DEFAULT: dict[str, Any] = {"data_options": {}, "backbones": None, "metrics": [], "eval_clients": "all",
                                   "average_global": False, "late_clients": 0, "late_round": 0,
-                                  "eval_finetune_epochs": 0, "secure_aggregation": None}
+                                  "eval_finetune_epochs": 0, "secure_aggregation": None, "drop_last": False}
 
 
 ENGINES = ("inprocess", "flower")   # how clients run: fedlib.experiment.runner.ENGINE_RUNNERS

@@ -49,6 +49,17 @@ class Hyper:
     def validate(self) -> None:
         pass
 
+    def keyed(self) -> dict:
+        """The hyperparameters as the cache key holds them: all of them, defaults included, except a field added
+        with ``added_later`` while it keeps its default (so records made before it existed keep their keys)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if not (f.metadata.get("added_later") and getattr(self, f.name) == f.default)}
+
+
+def added_later(default):
+    """A hyperparameter field added after records were made: left out of the cache key at ``default``."""
+    return dataclasses.field(default=default, metadata={"added_later": True})
+
 
 class Method:
     name: ClassVar[str] = "fedavg"
@@ -286,12 +297,15 @@ class PrototypeSharing(GlobalPrototypes):
             up["variance"] = feature_variance(counts, sq, protos)
         return up
 
+    def prototype_weights(self, counts: torch.Tensor) -> torch.Tensor:
+        """Each client's weight in the global prototype of each class, (m, K): its class counts."""
+        return counts
+
     def aggregate(self, server, uploads):
         super().aggregate(server, uploads)
         ups = list(uploads.values())
         server.state["protos"], server.state["present"] = aggregate_prototypes(
-            torch.stack([u["protos"] for u in ups]), torch.stack([u["counts"] for u in ups]))
-
+            torch.stack([u["protos"] for u in ups]), self.prototype_weights(torch.stack([u["counts"] for u in ups])))
 
 
 def positive(value, name: str, allow_zero: bool = False) -> None:

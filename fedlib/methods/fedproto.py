@@ -1,15 +1,22 @@
 """FedProto (Tan et al., AAAI 2022): clients share only class prototypes.
 
 Local loss: CE + lambda * MSE(z, C_bar^(y)) over classes that have a global prototype;
-server: C_bar^(k) = sum_i |D_ik| C_i^(k) / N_k. Prediction by the local classifier (default)
-or by the nearest global prototype (``predict_by="prototype"``)."""
+server: C_bar^(k) = sum_i |D_ik| C_i^(k) / N_k (Eq. 6, read as the count-weighted mean), or with
+``proto_weights="uniform"`` the plain mean over the clients that hold class k (the official code's
+``proto_aggregation``). Prediction by the local classifier (default) or by the nearest global prototype
+(``predict_by="prototype"``).
+
+A client's prototype C_i^(k) is the mean of the features of its class-k samples under the model it just
+trained (Eq. 5 with the trained model, as FedPCL's official code computes FedProto's prototypes). FedProto's
+own code averages instead the features seen during its last local epoch, under the model as it trained:
+that reading is not implemented (it needs the features of every training step)."""
 from dataclasses import dataclass
 
 import torch
 
 from fedlib.errors import ConfigError
 from fedlib.losses import cross_entropy, prototype_mse
-from fedlib.methods.base import Hyper, PrototypeSharing, positive
+from fedlib.methods.base import Hyper, PrototypeSharing, added_later, positive
 from fedlib.methods.registry import register
 
 
@@ -17,11 +24,14 @@ from fedlib.methods.registry import register
 class ProtoHyper(Hyper):
     lam: float = 1.0
     predict_by: str = "logits"
+    proto_weights: str = added_later("counts")   # counts (Eq. 6) | uniform (the official code)
 
     def validate(self):
         positive(self.lam, "lam", allow_zero=True)
         if self.predict_by not in ("logits", "prototype"):
             raise ConfigError("hyper.predict_by", self.predict_by, "'logits' or 'prototype'")
+        if self.proto_weights not in ("counts", "uniform"):
+            raise ConfigError("hyper.proto_weights", self.proto_weights, "'counts' or 'uniform'")
 
 
 @register
@@ -42,6 +52,9 @@ class FedProto(PrototypeSharing):
         up = super().upload(ctx, models, result)
         up.pop("params")  # FedProto sends prototypes only
         return up
+
+    def prototype_weights(self, counts):
+        return counts if self.hp.proto_weights == "counts" else (counts > 0).to(counts.dtype)
 
     def predict(self, out, ctx, variant=None):
         if self.hp.predict_by == "logits" or ctx.received["protos"] is None:

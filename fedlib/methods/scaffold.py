@@ -1,14 +1,14 @@
 """SCAFFOLD (Karimireddy et al., ICML 2020), option II control variates.
 
 The corrected step w <- w - lr (g - c_i + c) is the gradient of CE + <w, c - c_i>, so the
-correction is stated as a loss term. Server: x = sample-size weighted average of the clients'
-models (global lr 1), c <- c + (1/N) sum_i delta c_i.
+correction is stated as a loss term. Server (Algorithm 1, global step size 1): x <- mean over the
+sampled clients of their models, unweighted (x + (1/|S|) sum_i delta y_i), c <- c + (1/N) sum_i delta c_i.
+Version 1 weighted the models by sample count (FedAvg's rule), which the paper's Algorithm 1 does not.
 """
 from typing import ClassVar
 
 import torch
 
-from fedlib.aggregate import weighted_average
 from fedlib.losses import cross_entropy
 from fedlib.methods.base import Method
 from fedlib.methods.registry import register
@@ -21,6 +21,7 @@ class Scaffold(Method):
     paper = "Karimireddy et al., ICML 2020"
     broadcast_keys: ClassVar[tuple[str, ...]] = ("control",)
     upload_keys: ClassVar[tuple[str, ...]] = ("delta_control",)
+    version = 2   # 2: the server averages the sampled clients' models uniformly (Algorithm 1)
 
     def init_server(self, server, init):
         super().init_server(server, init)
@@ -47,7 +48,7 @@ class Scaffold(Method):
 
     def aggregate(self, server, uploads):
         ups = list(uploads.values())
-        server.state["global"] = weighted_average([u["params"] for u in ups], [u["n"] for u in ups])
+        server.state["global"] = {k: sum(u["params"][k] for u in ups) / len(ups) for k in ups[0]["params"]}
         control = server.state["control"]
         for k in control:
             control[k] = control[k] + sum(u["delta_control"][k] for u in ups) / server.num_clients
