@@ -1,7 +1,9 @@
-"""Throughput of the paper-scale grids: FedGPA's paper configuration (FMNIST, cnn2, 20 clients, E = 5,
+"""Throughput of the recorded grids: FedGPA's paper configuration (FMNIST, cnn2, 20 clients, E = 5,
 batch 50, SGD) trained by the sequential executor, the batched executor (one run), and run-batched groups
 (``fedlib.experiment.run_many``: many runs in one vmapped step); then, from the best measured rate, the
-projected device time of each chapter's whole paper-scale grid (``python -m fedlib records <chapter>``).
+projected device time of each chapter's whole grid at ``--scale`` (paper or reference: ``python -m fedlib
+records <chapter> --scale ...``). With ``--processes N`` (the CPU's way to record: N single-threaded runs at
+once, one per core) the projection uses N times the sequential executor's rate on one thread, measured here.
 
 Prints per mode: seconds per round (training and aggregation of every run in it, after a warm-up round),
 training samples/s, achieved FLOP/s and its share of the device's dense FP32 peak, and the ratio to the
@@ -9,6 +11,7 @@ sequential executor. Evaluation is timed apart (one evaluation of one run) and a
 
 Usage: python benchmarks/gpu_throughput.py                      # on a CUDA device when visible
        python benchmarks/gpu_throughput.py --device cpu          # smaller defaults: E = 1, groups of 2 and 4
+       python benchmarks/gpu_throughput.py --device cpu --modes sequential --scale reference --processes 2
        [--groups 6 18 60] [--epochs 5] [--rounds 2] [--no-projection]
 """
 import argparse
@@ -113,16 +116,16 @@ def measure(mode: str, configs: list, rounds: int, device: str) -> tuple[float, 
     return min(times), sum(samples_per_round(f) for f in feds), time.perf_counter() - start
 
 
-def grid_work(chapter: str) -> tuple[int, int, float, int]:
-    """(runs, evaluations, training FLOPs, training samples) of a chapter's paper-scale grid: every client's
+def grid_work(chapter: str, scale: str = "paper") -> tuple[int, int, float, int]:
+    """(runs, evaluations, training FLOPs, training samples) of a chapter's grid at ``scale``: every client's
     share of its run's training set, times the local epochs, times the expected participants per round."""
     import importlib
 
     from fedlib.data.partition import partition_with_server
-    from fedlib.studies.common import paper_grid
+    from fedlib.studies.common import recording_order
 
     study = importlib.import_module(f"fedlib.studies.{chapter}")
-    configs = paper_grid(study.paper_tables())
+    configs = recording_order(study.tables(scale))
     sizes, flops, loaded = {}, {}, {}
     samples = total = evals = 0
     for cfg in configs:
@@ -153,6 +156,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=2, help="timed rounds per mode (after one warm-up round)")
     ap.add_argument("--modes", nargs="+", default=["sequential", "batched", "lockstep"])
     ap.add_argument("--no-projection", action="store_true")
+    ap.add_argument("--scale", default="paper", help="the grids to project: paper | reference")
+    ap.add_argument("--processes", type=int, default=None,
+                    help="project for this many single-threaded runs at once (the CPU records so)")
     args = ap.parse_args()
     cuda = args.device.startswith("cuda")
     groups = args.groups or ([6, 18, 60] if cuda else [2, 4])
@@ -183,15 +189,25 @@ def main():
     print(f"one evaluation of one run: {eval_s:.2f} s")
     if args.no_projection:
         return
-    print(f"projection at {rate(best)} (the best rate above) plus {eval_s:.2f} s per evaluation of a run "
-          f"(training FLOPs scaled from FedGPA's cnn2 to each chapter's models):")
+    how = "the best rate above"
+    if args.processes:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        dt, samples, eval_s = measure("sequential", group_configs(1, epochs, args.device), args.rounds, args.device)
+        torch.set_num_threads(threads)
+        best = args.processes * samples / dt * per_sample
+        how = (f"{args.processes} single-threaded runs at once, each at the sequential executor's one-thread rate "
+               f"{samples / dt:,.0f} samples/s")
+    print(f"projection of the {args.scale}-scale grids at {rate(best)} ({how}) plus {eval_s:.2f} s per evaluation "
+          f"of a run (training FLOPs scaled from FedGPA's cnn2 to each chapter's models):")
     total = 0.0
     for chapter in ("fedgpa", "pfedcspc", "fedprp", "fedmate", "fedpcl"):
-        runs, evals, flops, samples = grid_work(chapter)
-        seconds = flops / best + evals * eval_s
+        runs, evals, flops, samples = grid_work(chapter, args.scale)
+        seconds = flops / best + evals * eval_s / (args.processes or 1)
         total += seconds
-        print(f"  {chapter:9s} {runs:4d} runs, {samples / 1e9:6.2f} G samples, {flops / 1e15:7.1f} PFLOP, {evals:6d} "
-              f"evaluations: {seconds / 3600:6.2f} h")
+        cpu = f" = {seconds * args.processes / 3600:6.2f} CPU-h" if args.processes else ""
+        print(f"  {chapter:9s} {runs:4d} runs, {samples / 1e9:6.2f} G samples, {flops / 1e15:7.2f} PFLOP, {evals:6d} "
+              f"evaluations: {seconds / 3600:6.2f} h{cpu}")
     print(f"  all five: {total / 3600:.2f} h")
 
 

@@ -7,6 +7,7 @@ Examples:
   python -m fedlib run --method fedproto --dataset digits --engine flower   # through Flower's simulation runtime
   python -m fedlib list
   python -m fedlib records fedgpa --workers 8   # paper-scale grid -> results/fedgpa/ (a GPU is advised)
+  python -m fedlib records fedgpa --scale reference --workers 2   # the reference scale (on the CPU)
   python -m fedlib book            # execute the notebooks of book/experiments.yml and build the book
 """
 from __future__ import annotations
@@ -75,8 +76,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--cache", default=None, help="result cache folder (default .fedlib-cache); 'none' disables")
     run.add_argument("--out", default=None, help="write the result records of all runs to this JSON file")
     run.add_argument("--no-progress", action="store_true")
-    rec = sub.add_parser("records", help="run a chapter's paper-scale grid and write its records to results/<chapter>/")
-    rec.add_argument("chapter", help="a chapter with paper_tables() in fedlib/studies (e.g. fedgpa)")
+    rec = sub.add_parser("records", help="run a chapter's reference- or paper-scale grid and write its records to "
+                                         "results/<chapter>/")
+    rec.add_argument("chapter", help="a chapter with tables(scale) in fedlib/studies (e.g. fedgpa)")
+    rec.add_argument("--scale", default="paper", help="reference | paper: the paper's protocol at a converged shorter "
+                                                      "budget, or at the paper's budget")
     rec.add_argument("--device", default="auto", help="cuda | cpu | auto (cuda when visible)")
     rec.add_argument("--executor", default="auto", help="sequential | process | batched | auto (batched on a GPU)")
     rec.add_argument(
@@ -274,23 +278,25 @@ def cmd_records(args) -> int:
     import math
 
     from fedlib.errors import check
-    from fedlib.studies.common import paper_grid, record_grid, set_runtime
+    from fedlib.experiment import RECORDED_SCALES
+    from fedlib.studies.common import record_grid, recording_order, set_runtime
 
     try:
         study = importlib.import_module(f"fedlib.studies.{args.chapter}")
     except ModuleNotFoundError:
         raise ConfigError("chapter", args.chapter, "a module of fedlib/studies") from None
-    if not hasattr(study, "paper_tables"):
-        raise ConfigError("chapter", args.chapter, "a chapter whose study defines paper_tables()")
+    if not hasattr(study, "tables"):
+        raise ConfigError("chapter", args.chapter, "a chapter whose study defines tables(scale)")
+    check(args.scale in RECORDED_SCALES, "--scale", args.scale, f"one of {', '.join(RECORDED_SCALES)}")
     runtime = set_runtime(args.device, args.executor)
     check_distinct(args.seeds, "--seeds")
     check(args.workers >= 1, "--workers", args.workers, "a positive number of processes")
     check(args.max_runs is None or args.max_runs >= 1, "--max-runs", args.max_runs, "a positive number of runs")
     check(args.deadline is None or (math.isfinite(args.deadline) and args.deadline > 0), "--deadline", args.deadline,
           "a positive number of seconds")
-    summary = record_grid(paper_grid(study.paper_tables(), args.seeds, args.tables), args.chapter, workers=args.workers,
-                          deadline_s=args.deadline, device=runtime["device"], executor=runtime["executor"],
-                          max_runs=args.max_runs)
+    summary = record_grid(recording_order(study.tables(args.scale), args.seeds, args.tables), args.chapter,
+                          workers=args.workers, deadline_s=args.deadline, device=runtime["device"],
+                          executor=runtime["executor"], max_runs=args.max_runs, scale=args.scale)
     print(
         f"{args.chapter}: {summary['done']} recorded, {summary['failed']} failed, {summary['skipped']} already there, "
         f"{summary['left']} left "

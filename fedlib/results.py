@@ -24,6 +24,7 @@ RESULTS = Path(os.environ.get("FEDLIB_RESULTS", Path(__file__).resolve().parents
 KEEP = (
     "config",
     "key",
+    "scale",
     "seed",
     "code_version",
     "device",

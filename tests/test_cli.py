@@ -39,7 +39,7 @@ def test_run_prints_a_table(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("chapter, words", [("nosuch", "a module of fedlib/studies"),
-                                            ("common", "paper_tables()")])
+                                            ("common", "tables(scale)")])
 def test_records_names_what_chapters_it_can_record(capsys, chapter, words):
     from fedlib.cli import main
 
@@ -48,22 +48,25 @@ def test_records_names_what_chapters_it_can_record(capsys, chapter, words):
     assert err.startswith("error:") and words in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("scale", ["reference", "paper"])
 @pytest.mark.parametrize("chapter", ["fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc"])
-def test_records_knows_every_chapters_paper_grid(capsys, chapter, tmp_path, monkeypatch):
-    """Every chapter's paper-scale grid is checked config by config before any process starts; a deadline
-    that has passed starts nothing and says how much is left."""
+def test_records_knows_every_chapters_grid_at_both_recorded_scales(capsys, chapter, scale, tmp_path, monkeypatch):
+    """Every chapter's reference- and paper-scale grid is checked config by config before any process starts; a
+    deadline that has passed starts nothing and says how much is left."""
     from fedlib import results
     from fedlib.cli import main
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
-    assert main(["records", chapter, "--device", "cpu", "--executor", "batched", "--deadline", "1e-9"]) == 0
+    assert main(["records", chapter, "--scale", scale, "--device", "cpu", "--executor", "batched",
+                 "--deadline", "1e-9"]) == 0
     out = capsys.readouterr().out
+    assert f"{chapter} at scale {scale}: " in out
     assert f"{chapter}: 0 recorded, 0 failed, 0 already there" in out and " left " in out
 
 
 @pytest.mark.parametrize("argv, words", [(["--workers", "0"], "--workers=0"), (["--deadline", "-5"], "--deadline=-5"),
                                          (["--deadline", "nan"], "--deadline=nan"), (["--tables", "nosuch"], "tables"),
-                                         (["--device", "tpu"], "device")])
+                                         (["--device", "tpu"], "device"), (["--scale", "book"], "--scale='book'")])
 def test_records_refuses_bad_options_in_one_line(capsys, argv, words):
     from fedlib.cli import main
 

@@ -233,9 +233,9 @@ def test_records_resume_a_killed_run_batched_group_to_the_uninterrupted_records(
 
 
 def test_fedgpa_paper_grid_is_complete_unique_and_ordered_by_need():
-    from fedlib.studies.common import paper_grid
+    from fedlib.studies.common import recording_order
 
-    grid = paper_grid(fedgpa.paper_tables())
+    grid = recording_order(fedgpa.tables("paper"))
     keys = [c.key() for c in grid]
     assert len(keys) == len(set(keys))
     table = [c for c in grid if not c.hyper]

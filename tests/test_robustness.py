@@ -277,9 +277,9 @@ def test_records_refuses_bad_arguments_in_one_line(args, names, capsys, no_train
 
 def test_records_of_a_grid_seed_only_queue_that_seed():
     from fedlib.studies import fedgpa
-    from fedlib.studies.common import paper_grid
+    from fedlib.studies.common import recording_order
 
-    assert {c.seed for c in paper_grid(fedgpa.paper_tables(), [7])} == {7}
+    assert {c.seed for c in recording_order(fedgpa.tables("paper"), [7])} == {7}
 
 
 @pytest.mark.parametrize("damage", ["truncate", "history is text", "not an object"])

@@ -77,18 +77,18 @@ def test_headline_grids_use_three_seeds_at_paper_scale(study):
 def test_paper_grid_orders_tables_then_seeds_and_takes_explicit_seeds():
     from fedlib.errors import ConfigError
     from fedlib.studies import fedpcl
-    from fedlib.studies.common import paper_grid
+    from fedlib.studies.common import recording_order
 
-    tables = fedpcl.paper_tables()
-    grid = paper_grid(tables)
+    tables = fedpcl.tables("paper")
+    grid = recording_order(tables)
     assert len({c.key() for c in grid}) == len(grid)
     head = grid[:42]   # Table 2 first: 14 cells, seed 0 of every cell before seed 1
     assert [c.seed for c in head] == [0] * 14 + [1] * 14 + [2] * 14
     assert {c.key() for c in head} == {c.key() for cfgs in tables["table2"].values() for c in cfgs}
-    only = paper_grid(tables, seeds=[7], only=["table5", "noise"])
+    only = recording_order(tables, seeds=[7], only=["table5", "noise"])
     assert {c.seed for c in only} == {7} and len(only) == 4 + 5
     with pytest.raises(ConfigError, match="tables of this chapter"):
-        paper_grid(tables, only=["table9"])
+        recording_order(tables, only=["table9"])
 
 
 def test_chapter_labels_are_the_method_classes_labels_but_where_a_paper_names_a_method_otherwise():
@@ -103,7 +103,7 @@ def test_chapter_labels_are_the_method_classes_labels_but_where_a_paper_names_a_
 
 
 @pytest.mark.parametrize("chapter", ["fedgpa", "fedmate", "fedpcl", "fedprp", "pfedcspc"])
-def test_every_chapter_has_the_same_three_scales_with_the_same_keys_and_names_them_on_a_bad_one(chapter):
+def test_every_chapter_has_the_same_four_scales_with_the_same_keys_and_names_them_on_a_bad_one(chapter):
     import importlib
 
     from fedlib.errors import ConfigError
@@ -113,14 +113,14 @@ def test_every_chapter_has_the_same_three_scales_with_the_same_keys_and_names_th
     study = importlib.import_module(f"fedlib.studies.{chapter}")
     assert isinstance(study.SCALES, Scales) and list(study.SCALES) == list(EXPERIMENT_SCALES)
     assert len({frozenset(study.scale_info(s)) for s in study.SCALES}) == 1
-    with pytest.raises(ConfigError, match="ci, book, paper"):
+    with pytest.raises(ConfigError, match="ci, book, reference, paper"):
         study.scale_info("huge")
 
 
 def test_scales_refuse_missing_scales_and_uneven_keys():
     from fedlib.studies.grid import Scales
 
-    with pytest.raises(ValueError, match="ci, book, paper"):
+    with pytest.raises(ValueError, match="ci, book, reference, paper"):
         Scales(ci={"rounds": 1}, paper={"rounds": 2})
     with pytest.raises(ValueError, match="seeds"):
-        Scales(ci={"rounds": 1}, book={"rounds": 2, "seeds": [0]}, paper={"rounds": 3})
+        Scales(ci={"rounds": 1}, book={"rounds": 2, "seeds": [0]}, reference={"rounds": 3}, paper={"rounds": 4})

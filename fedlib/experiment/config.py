@@ -26,8 +26,11 @@ BUDGETS: dict[str, dict[str, Any]] = {
     "short": {"rounds": 10, "local_epochs": 1},
     "full": {},
 }
-# the chapters' scales, each chapter's own budgets (fedlib.studies.grid.Scales)
-SCALES = ("ci", "book", "paper")
+# the chapters' scales, each chapter's own budgets (fedlib.studies.grid.Scales): ci (tests of the code), book
+# (a smoke run at every build), reference (the paper's protocol at a converged, shorter budget, 3 seeds, committed),
+# paper (the paper's budget, committed)
+SCALES = ("ci", "book", "reference", "paper")
+RECORDED_SCALES = ("reference", "paper")   # scales whose records are committed under results/<chapter>/
 
 
 @dataclass

@@ -35,7 +35,7 @@ def open_chapter(name: str, scale: str, device: str = "cpu", executor: str = "se
 
     CURRENT["chapter"] = name
     print(study.scale_summary(scale))
-    if hasattr(study, "paper_tables"):
+    if hasattr(study, "tables"):
         from IPython.display import HTML, display
 
         from fedlib.studies.report import status_html

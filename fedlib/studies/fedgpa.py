@@ -11,7 +11,7 @@ import numpy as np
 from fedlib.data.partition import fedgpa_setting
 from fedlib.experiment import Config, make_config
 from fedlib.plots import chance_line
-from fedlib.studies.common import RUNTIME, fmt, mean_std, method_labels, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
+from fedlib.studies.common import RUNTIME, convergence_grid, fmt, mean_std, method_labels, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
 from fedlib.studies.grid import Scales
 
 METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "scaffold", "fedper", "lg_fedavg", "fedbabu", "fedpac",
@@ -40,6 +40,10 @@ ABLATION = {"None": ({"lga": False, "gpa_c": False, "gpa_f": False}, 86.71),
 SCALES = Scales(
     ci=dict(rounds=2, local_epochs=1, n_divisor=10, seeds=[0], sweep_seeds=[0], eval_every=1, global_test=2000),
     book=dict(rounds=8, local_epochs=1, n_divisor=4, seeds=[0], sweep_seeds=[0], eval_every=2, global_test=2000),
+    # the paper's protocol stopped at round 10 (no method of this chapter depends on the number of rounds, so a
+    # reference run is the first 10 rounds of the paper-scale run of its seed): see REFERENCE_NOTE
+    reference=dict(rounds=10, local_epochs=5, n_divisor=1, seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], eval_every=5,
+                   global_test=None),
     paper=dict(rounds=150, local_epochs=5, n_divisor=1, seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], eval_every=5,
             global_test=None),
 )
@@ -88,6 +92,16 @@ def config(method: str, setting: int, s: float, scale: str, seed: int = 0, hyper
 
 
 # ---------------------------------------------------------------------- claims of the paper
+def logged_weights(record: dict) -> list[dict]:
+    """The aggregation weights a run logged, [{"round": r, "weights": {...}}] in round order: from the history
+    of a cached record, or the first and last ones a committed record keeps (``results.slim``)."""
+    rows = [row for row in record["history"] if "weights" in row]
+    if not rows and "weights" in record:
+        rows = [{"round": w["round"], "weights": {k: v for k, v in w.items() if k != "round"}}
+                for w in (record["weights"]["first"], record["weights"]["last"])]
+    return rows
+
+
 def verdicts(runs: dict, settings, s_values, methods, ablation: dict | None = None, mu_runs: dict | None = None,
              metric: str = METRIC) -> list:
     """Each claim of FedGPA's Section 5.2, checked on this chapter's runs: the text gives the means over seeds,
@@ -198,8 +212,8 @@ def verdicts(runs: dict, settings, s_values, methods, ablation: dict | None = No
             "margin: best mu in [0.4, 0.6] minus the best other mu, worst s",
             margins=PerSeed(mu_runs, metric)(middle_best) if checkable else None))
     # Fig. 4: the aggregation weights FedGPA logs (Setting 3), per seed from each record's last logged weights
-    weights = {s: {int(r["seed"]): [row for row in r["history"] if "weights" in row][-1]["weights"]
-                   for r in runs[("fedgpa", 3, s)] if any("weights" in row for row in r["history"])}
+    weights = {s: {int(r["seed"]): logged_weights(r)[-1]["weights"] for r in runs[("fedgpa", 3, s)]
+                   if logged_weights(r)}
                for s in s_values if ("fedgpa", 3, s) in runs}
     if weights and all(weights.values()):
         seeds = sorted(set.intersection(*(set(w) for w in weights.values())))
@@ -425,7 +439,7 @@ def plot_weights(runs: dict, s_values) -> tuple:
     for r, s in enumerate(s_values):
         if ("fedgpa", 3, s) not in runs:
             continue
-        logged = [row for row in runs[("fedgpa", 3, s)][0]["history"] if "weights" in row]
+        logged = logged_weights(runs[("fedgpa", 3, s)][0])
         for c, (row, which) in enumerate([(logged[0], "alpha"), (logged[-1], "alpha"), (logged[0], "beta"),
                                           (logged[-1], "beta")]):
             weight_heatmap(np.array(row["weights"][which]), ax=axes[r, c],
@@ -445,11 +459,18 @@ def paper_scale_grid() -> dict:
     return comparison_grid((1, 2, 3), (20, 80), METHODS, "paper")
 
 
-def paper_tables() -> dict:
-    """The paper-scale grid of every table, most needed first (``python -m fedlib records fedgpa``): Tables
-    2/4/5, the Table 3 ablation, the mu sweep of Fig. 3."""
-    return {"comparison": paper_scale_grid(), "ablation": ablation_grid("paper"),
-            "mu_sweep": mu_sweep_grid((20, 80), "paper")}
+CONVERGENCE = ("fedgpa", "fedpac")   # the paper's method and its main baseline, run 3x longer at reference scale
+
+
+def tables(scale: str) -> dict:
+    """The recorded grid of every table at ``scale`` (reference or paper), most needed first (``python -m fedlib
+    records fedgpa [--scale reference]``): Tables 2/4/5, the Table 3 ablation, the mu sweep of Fig. 3; at
+    reference scale also FedGPA and FedPAC at 3x the rounds (Setting 1, s = 20, seed 0): the convergence check."""
+    out = {"comparison": comparison_grid((1, 2, 3), (20, 80), METHODS, scale), "ablation": ablation_grid(scale),
+           "mu_sweep": mu_sweep_grid((20, 80), scale)}
+    if scale == "reference":   # the evidence first: it is cheap and says what the budget can decide
+        out = {"convergence": convergence_grid(comparison_grid((1,), (20,), CONVERGENCE, scale)), **out}
+    return out
 
 
 def paper_scale_rows(stored: dict) -> list[dict]:

@@ -26,7 +26,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     set_runtime,
     with_seeds,
 )
-from fedlib.studies.grid import Scales
+from fedlib.studies.grid import Scales, convergence_grid
 
 TABLE1 = ["local", "fedavg_ft", "fedproto", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac", "fedmate"]
 TABLE2 = ["local", "fedavg_ft", "moon", "fedproto", "fedfa", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac",
@@ -84,6 +84,9 @@ SCALES = Scales(
     book=dict(clients=20, n=60, rounds=6, cls_epochs=1, epochs=1, eval_every=6, headline_seeds=[0, 1, 2], seeds=[0],
             table1_cells=[("fmnist", 10), ("fmnist", 70)], table2_datasets=["fmnist"],
             repeat=[0.1, 0.5], global_test=1000, lr=0.1, batch=10),
+    reference=dict(clients=20, n=600, rounds=40, cls_epochs=1, epochs=2, eval_every=5, headline_seeds=[0, 1, 2],
+            seeds=[0, 1, 2], table1_cells=[("fmnist", 10), ("fmnist", 70)], table2_datasets=["fmnist"],
+            repeat=[0.1, 0.5], global_test=None, lr=0.01, batch=50),
     paper=dict(clients=20, n=600, rounds=200, cls_epochs=1, epochs=5, eval_every=10, headline_seeds=[0, 1, 2],
             seeds=[0, 1, 2],
             table1_cells=[("fmnist", 10), ("fmnist", 30), ("fmnist", 50), ("fmnist", 70), ("mnist", 10),
@@ -437,7 +440,16 @@ def paper_scale_grid() -> dict:
     return table1_grid("paper")
 
 
-def paper_tables() -> dict:
-    """The paper-scale grid of every table, most needed first (``python -m fedlib records fedmate``)."""
-    return {"table1": table1_grid("paper"), "table2": table2_grid("paper"), "repeat": repeat_grid("paper"),
-            "communication": communication_grid("paper")}
+CONVERGENCE = ("fedmate", "fedpac")   # the paper's method and its main baseline, run 3x longer at reference scale
+
+
+def tables(scale: str) -> dict:
+    """The recorded grid of every table at ``scale`` (reference or paper), most needed first (``python -m fedlib
+    records fedmate [--scale reference]``); at reference scale also the convergence check (Table 1's first cell,
+    FedMate and FedPAC at 3x the rounds, seed 0)."""
+    out = {"table1": table1_grid(scale), "table2": table2_grid(scale), "repeat": repeat_grid(scale),
+           "communication": communication_grid(scale)}
+    if scale == "reference":
+        first = scale_info(scale)["table1_cells"][0]
+        out["convergence"] = convergence_grid({m: table1_grid(scale)[(first, m)] for m in CONVERGENCE})
+    return out

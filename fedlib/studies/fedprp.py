@@ -25,7 +25,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     set_runtime,
     with_seeds,
 )
-from fedlib.studies.grid import Scales
+from fedlib.studies.grid import Scales, convergence_grid
 
 METHODS = ["apfl", "fedrep", "fedprox", "fedproto", "fedrod", "fedphp", "fedavg", "fedic", "creff", "fedprp"]
 LABELS = method_labels(METHODS)
@@ -106,6 +106,10 @@ SCALES = Scales(
             fedic={"server_steps": 10, "distill_steps": 10, "batch_unlabeled": 32},
             server_per_class=20, headline_seeds=[0, 1, 2], dataset_seeds={"fmnist": [0, 1], "mnist": [0]}, lr=0.02,
             batch=16),
+    reference=dict(clients=100, fraction=0.1, per_class=None, rounds=50, head=1, body=5, eval_every=5, last=2,
+            seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], new_clients=10, datasets=["fmnist"], gammas=[0.1], creff={},
+            fedic={}, server_per_class=100, headline_seeds=[0, 1, 2], dataset_seeds={"fmnist": [0, 1, 2]}, lr=0.01,
+            batch=32),
     paper=dict(clients=100, fraction=0.1, per_class=None, rounds=100, head=5, body=25, eval_every=1, last=10,
             seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], new_clients=10, datasets=["fmnist", "mnist"],
             gammas=[0.1, 0.5, 1.0], creff={}, fedic={}, server_per_class=100, headline_seeds=[0, 1, 2],
@@ -521,7 +525,17 @@ def paper_scale_grid() -> dict:
     return comparison_grid("paper")
 
 
-def paper_tables() -> dict:
-    """The paper-scale grid of every table, most needed first (``python -m fedlib records fedprp``)."""
-    return {"comparison": comparison_grid("paper"), "late_clients": late_clients_grid("paper"),
-            "ablation": ablation_grid("paper"), "beta": beta_grid("paper")}
+CONVERGENCE = ("fedprp", "fedavg")   # the paper's method and its main baseline, run 3x longer at reference scale
+
+
+def tables(scale: str) -> dict:
+    """The recorded grid of every table at ``scale`` (reference or paper), most needed first (``python -m fedlib
+    records fedprp [--scale reference]``); at reference scale also the convergence check (FMNIST, shards,
+    FedPRP and FedAvg at 3x the rounds, seed 0)."""
+    out = {"comparison": comparison_grid(scale), "late_clients": late_clients_grid(scale),
+           "ablation": ablation_grid(scale), "beta": beta_grid(scale)}
+    if scale == "reference":
+        grid = comparison_grid(scale)
+        out["convergence"] = convergence_grid({m: grid[(scale_info(scale)["datasets"][0], "shards", m)]
+                                               for m in CONVERGENCE})
+    return out

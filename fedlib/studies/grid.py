@@ -1,5 +1,5 @@
 """Running the chapters' grids: where runs execute, a worker pool for book-scale grids, committed records
-of a grid, and recording a paper-scale grid (``python -m fedlib records``)."""
+of a grid, and recording a chapter's reference- or paper-scale grid (``python -m fedlib records``)."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,7 +13,7 @@ RUNTIME = {"device": "cpu", "executor": "sequential"}
 
 
 class Scales(Mapping):
-    """A chapter's budget per scale: ``fedlib.experiment.SCALES`` ("ci", "book", "paper"), each a
+    """A chapter's budget per scale: ``fedlib.experiment.SCALES`` ("ci", "book", "reference", "paper"), each a
     dict with the same keys (checked when the chapter is imported). ``SCALES[name]`` of an unknown name raises
     a ``ConfigError`` that lists the scales."""
 
@@ -162,8 +162,28 @@ def stored_grid(chapter: str, grid: dict, root=None) -> dict:
     return out
 
 
-def paper_grid(tables: dict, seeds=None, only=None) -> list[Config]:
-    """A chapter's paper-scale configs in the order the ``records`` command fills them: ``tables``
+def convergence_grid(configs: dict, factor: int = 3) -> dict:
+    """{label: [config]} -> {label: [the same config at ``factor`` times its rounds, seed 0]}: the evidence that a
+    reference budget has converged (the chapter compares each endpoint with the reference run's)."""
+    return {label: [dataclasses.replace(cfgs[0], rounds=cfgs[0].rounds * factor, seed=0)]
+            for label, cfgs in configs.items()}
+
+
+def convergence_gap(reference: list[dict], longer: dict, metric: str) -> dict:
+    """The reference run of seed 0 against the same config at more rounds: {"reference": %, "longer": %,
+    "rounds": (R, 3R), "gap": longer - reference (points), "spread": the reference's std over seeds (points)}."""
+    import numpy as np
+
+    from fedlib.studies.report import mean_std
+
+    seed0 = next(r for r in reference if int(r["seed"]) == 0)
+    ref, far = 100 * seed0["final"][metric], 100 * longer["final"][metric]
+    return {"reference": ref, "longer": far, "rounds": (seed0["config"]["rounds"], longer["config"]["rounds"]),
+            "gap": far - ref, "spread": 100 * mean_std(reference, metric)[1] if len(reference) > 1 else np.nan}
+
+
+def recording_order(tables: dict, seeds=None, only=None) -> list[Config]:
+    """A chapter's configs at one scale in the order the ``records`` command fills them: ``tables``
     ({table: {cell: [configs over seeds]}}, the headline table first) one table after the other, each
     seed by seed (a partial run still fills whole tables, one seed at a time). ``seeds``: run exactly these
     seeds in every table instead of each table's own; ``only``: these tables. A config that two tables
@@ -189,7 +209,7 @@ def paper_grid(tables: dict, seeds=None, only=None) -> list[Config]:
 
 
 def _record_job(configs: list[Config], chapter: str, root, deadline: float | None, batched: bool,
-                cache_dir) -> list[tuple]:
+                cache_dir, scale: str) -> list[tuple]:
     """In a worker process: train ``configs`` (one run-batched group, or one config) with the cache's
     checkpoints (a later call resumes them), write each finished record to ``results/<chapter>/``; returns
     per config (status, what to log): "done" with its final accuracies, "failed" with the error, "left"."""
@@ -208,7 +228,7 @@ def _record_job(configs: list[Config], chapter: str, root, deadline: float | Non
     out = []
     for outcome in outcomes:
         if isinstance(outcome, dict):
-            results.write(outcome, chapter, root)
+            results.write({**outcome, "scale": scale}, chapter, root)
             accs = {k: round(v, 4) for k, v in outcome["final"].items() if k.endswith("_acc")}
             out.append(("done", f"{outcome['wall_time_s']:.0f} s, final {json.dumps(accs)}"))
         elif isinstance(outcome, BaseException):
@@ -220,8 +240,9 @@ def _record_job(configs: list[Config], chapter: str, root, deadline: float | Non
 
 def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_s: float | None = None,
                 device: str = "cuda", executor: str = "batched", root=None, log=print,
-                max_runs: int | None = None, cache_dir=None) -> dict:
-    """Run every config that has no current record under ``results/<chapter>/`` and write its record.
+                max_runs: int | None = None, cache_dir=None, scale: str = "paper") -> dict:
+    """Run every config that has no current record under ``results/<chapter>/`` and write its record, which
+    names its ``scale`` (reference or paper).
 
     With the batched executor, configs that can share a vmapped step run together (``run_many``: groups of
     at most ``max_runs``); otherwise one config per job. Jobs go to ``workers`` processes at once, in the
@@ -249,7 +270,7 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
         validate(cfg)
     batched = executor == "batched"
     jobs = [[todo[i] for i in g] for g in lockstep_groups(todo, max_runs)] if batched else [[c] for c in todo]
-    log(f"{chapter}: {len(configs)} configs, {len(configs) - len(todo)} already recorded, {len(todo)} to run "
+    log(f"{chapter} at scale {scale}: {len(configs)} configs, {len(configs) - len(todo)} already recorded, {len(todo)} to run "
         f"on {device} ({executor}, {len(jobs)} job(s)) with {workers} worker(s)")
     counts = {"done": 0, "failed": 0, "left": 0}
     pool = start_pool(workers, single_threaded_run_worker, what="records' worker processes")
@@ -259,7 +280,7 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
         while queue or running:
             while queue and len(running) < workers and (deadline is None or time.time() < deadline):
                 job = queue.pop(0)
-                running[pool.submit(_record_job, job, chapter, root, deadline, batched, cache_dir)] = job
+                running[pool.submit(_record_job, job, chapter, root, deadline, batched, cache_dir, scale)] = job
             if not running:
                 break
             limit = None if deadline is None else max(deadline + (DEADLINE_GRACE_S if batched else 0) - time.time(), 0)

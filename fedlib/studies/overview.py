@@ -43,13 +43,15 @@ def chapters_table(found: dict, scale: str):
 
 
 def status_table():
-    """One row per chapter: paper-scale coverage from the committed records (whatever scale this page shows)."""
+    """One row per chapter: reference- and paper-scale coverage from the committed records (whatever scale this
+    page shows)."""
     import pandas as pd
 
-    from fedlib.studies.report import coverage_text, paper_coverage
+    from fedlib.experiment import RECORDED_SCALES
+    from fedlib.studies.report import coverage, coverage_text
 
-    return pd.DataFrame([{"chapter": title, "paper scale (committed records)": coverage_text(paper_coverage(ch))}
-                         for ch, title in CHAPTERS.items()])
+    return pd.DataFrame([{"chapter": title, **{f"{s} scale (committed records)": coverage_text(coverage(ch, s))
+                                               for s in RECORDED_SCALES}} for ch, title in CHAPTERS.items()])
 
 
 def headline_table(summary: dict):

@@ -26,7 +26,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     set_runtime,
     with_seeds,
 )
-from fedlib.studies.grid import Scales
+from fedlib.studies.grid import Scales, convergence_grid
 
 # Table II: global-model methods (their "Local" is the global model fine-tuned on each client, the paper's
 # FedAvg row has Local = FedAvg-FT's I_local) and the methods with personalised models
@@ -95,6 +95,10 @@ SCALES = Scales(
     book=dict(datasets=["fmnist"], clients=10, per_class=300, rounds=8, epochs=1, lr=0.03, batch=16, eval_every=2,
             seeds=[0], headline_seeds=[0, 1, 2], main_seeds=[0], server_epochs=5, etf_rounds=2, kappa=0.1,
             global_test=2000, fig6=[(1, 5), (5, 1)], clusters=[1], betas=[0.5], model="cnn_cspc"),
+    reference=dict(datasets=["fmnist"], clients=10, per_class=None, rounds=30, epochs=2, lr=0.01, batch=64,
+            eval_every=3, seeds=[0, 1, 2], headline_seeds=[0, 1, 2], main_seeds=[0, 1, 2], server_epochs=20,
+            etf_rounds=6, kappa=None, global_test=None, fig6=[(1, 1), (5, 1)], clusters=[1, 3], betas=[0.1, 0.5],
+            model="cnn_cspc"),
     paper=dict(datasets=["fmnist", "mnist"], clients=10, per_class=None, rounds=100, epochs=10, lr=0.01, batch=64,
             eval_every=1, seeds=[0, 1, 2], headline_seeds=[0, 1, 2], main_seeds=[0, 1, 2], server_epochs=100,
             etf_rounds=20, kappa=None, global_test=None, fig6=[(r, a) for r in (1, 5) for a in (1, 2, 4, 8)],
@@ -609,7 +613,16 @@ def paper_scale_grid() -> dict:
     return table2_grid("paper")
 
 
-def paper_tables() -> dict:
-    """The paper-scale grid of every table, most needed first (``python -m fedlib records pfedcspc``)."""
-    return {"table2": table2_grid("paper"), "table3": table3_grid("paper"), "ablations": ablations_grid("paper"),
-            "table6": table6_grid("paper"), "sweeps": sweeps_grid("paper")}
+CONVERGENCE = ("pfedcspc", "fedavg")   # the paper's method and its main baseline, run 3x longer at reference scale
+
+
+def tables(scale: str) -> dict:
+    """The recorded grid of every table at ``scale`` (reference or paper), most needed first (``python -m fedlib
+    records pfedcspc [--scale reference]``); at reference scale also the convergence check (Table II's first
+    dataset, pFedCSPC and FedAvg at 3x the rounds, seed 0)."""
+    out = {"table2": table2_grid(scale), "table3": table3_grid(scale), "ablations": ablations_grid(scale),
+           "table6": table6_grid(scale), "sweeps": sweeps_grid(scale)}
+    if scale == "reference":
+        grid = table2_grid(scale)
+        out["convergence"] = convergence_grid({m: grid[(scale_info(scale)["datasets"][0], m)] for m in CONVERGENCE})
+    return out

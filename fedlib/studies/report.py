@@ -240,21 +240,21 @@ def show_table(table, records=(), scale: str = "", test_set: str = "", note: str
     display(shown)
 
 
-def report_stored(stored: dict, grid: str = "") -> list[dict]:
-    """Print how much of a paper-scale grid has committed records (``stored_grid``'s answer) and where,
-    when and with which code they were made; return the current records."""
+def report_stored(stored: dict, grid: str = "", scale: str = "paper") -> list[dict]:
+    """Print how much of a grid at ``scale`` (reference or paper) has committed records (``stored_grid``'s answer)
+    and where, when and with which code they were made; return the current records."""
     found = [r for cell in stored.values() for r in cell["records"]]
     stale = sum(c["stale"] for c in stored.values())
     missing = sum(c["missing"] for c in stored.values())
-    print(f"committed paper-scale records{f' ({grid})' if grid else ''}: {len(found)} current, {stale} stale, "
+    print(f"committed {scale}-scale records{f' ({grid})' if grid else ''}: {len(found)} current, {stale} stale, "
           f"{missing} missing of {len(found) + stale + missing}")
     if found:
         p = provenance(found)
         print(f"made on {', '.join(p['devices'])} ({', '.join(p['executors'])} executor), {p['dates']}, "
               f"code {', '.join(p['code'])}: {p['runs']} runs, {p['wall time']} of device time")
     else:
-        print("No paper-scale run has been recorded yet: the grid needs a GPU; the book shows the records "
-              "as soon as they are committed.")
+        print(f"No {scale}-scale run has been recorded yet; the book shows the records as soon as they are "
+              "committed.")
     return found
 
 
@@ -371,6 +371,53 @@ def verdict_html(claims: list[Claim], scale_note: str) -> str:
             f"(of {len(claims)}; rule: 95% t-interval of the per-seed margin, paired by seed, see the "
             f"introduction).</p><table><thead><tr><th>claim</th><th>paper</th><th>ours</th><th>verdict</th></tr>"
             f"</thead><tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def best_evidence(by_scale: dict[str, list[Claim]]) -> list[tuple[str, Claim, dict[str, Claim]]]:
+    """Per claim (matched by its text), the scale that decides it: the highest scale with records (paper, then
+    reference, then book) where the claim was checked; returns (that scale, its claim, {other scale: claim})."""
+    from fedlib.experiment import SCALES
+
+    order = [s for s in reversed(SCALES) if by_scale.get(s)]
+    texts: list[str] = []
+    for s in order:
+        texts += [c.claim for c in by_scale[s] if c.claim not in texts]
+    out = []
+    for text in texts:
+        found = {s: c for s in order for c in by_scale[s] if c.claim == text}
+        best = next((s for s in found if found[s].verdict.outcome != "not checked"), next(iter(found)))
+        out.append((best, found[best], {s: c for s, c in found.items() if s != best}))
+    return out
+
+
+def best_evidence_html(by_scale: dict[str, list[Claim]], notes: dict[str, str]) -> str:
+    """The verdict box closing a chapter, best evidence first: each claim's verdict at the highest scale that has
+    records for it, with its margin, interval and seeds, and the other scales' verdicts beside it. ``notes``: what
+    each scale is (rounds, seeds, which records)."""
+    css = {"holds": "yes", "does not hold": "no", "inconclusive": "na", "not checked": "na"}
+    rows, decided_at = [], []
+    for scale, c, others in best_evidence(by_scale):
+        v = c.verdict
+        decided_at.append((scale, v.outcome))
+        detail = v.text() if c.margins is not None or v.outcome == "not checked" else \
+            f"point verdict on the means: {'holds' if c.holds else 'does not hold'} (no per-seed margin)"
+        beside = "<br>".join(f"{html.escape(s)}: {html.escape(o.verdict.text())}" for s, o in others.items()) or "-"
+        rows.append(
+            f"<tr><td>{html.escape(c.claim)}</td><td>{html.escape(c.paper)}</td><td>{html.escape(c.ours)}"
+            f"{'<br><em>' + html.escape(c.note) + '</em>' if c.note else ''}</td>"
+            f"<td class='verdict-{css[v.outcome]}'>{html.escape(v.outcome)} <small>({html.escape(scale)} scale)</small>"
+            f"<br><small>{html.escape(detail)}</small></td><td><small>{beside}</small></td></tr>")
+    counts = "; ".join(
+        f"{s} scale: " + ", ".join(f"{o} {n}" for o in (*OUTCOMES, "not checked")
+                                   if (n := sum(1 for s_, o_ in decided_at if s_ == s and o_ == o)))
+        for s in dict.fromkeys(s for s, _ in decided_at))
+    scales = "".join(f"<li><strong>{html.escape(s)}</strong>: {html.escape(n)}</li>" for s, n in notes.items()
+                     if s in by_scale)
+    return (f"<div class='verdict'><p><strong>Verdict per claim, best evidence first</strong> ({len(rows)} claims; "
+            f"decided at {html.escape(counts)}). Rule: 95% t-interval of the per-seed margin, paired by seed (see "
+            f"the introduction); only reference and paper scale test a claim of the paper.</p><ul>{scales}</ul>"
+            f"<table><thead><tr><th>claim</th><th>paper</th><th>ours (deciding scale)</th><th>verdict</th>"
+            f"<th>other scales</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
 # ---------------------------------------------------------------------- evaluation protocol per method
@@ -494,19 +541,21 @@ SCALE_MEANING = {
     "ci": "a test of the code on tiny data: its numbers say nothing about the methods",
     "book": "a smoke run at a budget this CPU trains in minutes: it shows the methods run and how they rank at "
             "this budget, never whether the paper's numbers reproduce",
+    "reference": "the paper's protocol with fewer rounds and local epochs, where training has converged, 3 seeds: "
+                 "the first scale at which a claim of the paper is tested",
     "paper": "the paper's protocol (data, rounds, epochs, seeds): the scale at which the paper is compared",
 }
 
 
-def paper_coverage(chapter: str) -> dict:
-    """How much of a chapter's paper-scale grid has committed records: runs current / stale / missing of the
-    total, their seeds, devices and training time."""
+def coverage(chapter: str, scale: str = "paper") -> dict:
+    """How much of a chapter's grid at ``scale`` (reference or paper) has committed records: runs current / stale /
+    missing of the total, their seeds, devices and training time."""
     import importlib
 
     from fedlib import results
-    from fedlib.studies.grid import paper_grid
+    from fedlib.studies.grid import recording_order
 
-    grid = paper_grid(importlib.import_module(f"fedlib.studies.{chapter}").paper_tables())
+    grid = recording_order(importlib.import_module(f"fedlib.studies.{chapter}").tables(scale))
     hits = results.lookup(chapter, grid)
     current = [h.record for h in hits if h is not None and not h.stale]
     return {"total": len(grid), "current": len(current), "stale": sum(1 for h in hits if h is not None and h.stale),
@@ -524,12 +573,14 @@ def coverage_text(cov: dict) -> str:
 
 
 def status_html(chapter: str, scale: str) -> str:
-    """The box at the top of a chapter: paper-scale coverage from the committed records, and what the scale
-    this page ran at can and cannot say."""
-    cov = paper_coverage(chapter)
-    return (f"<div class='verdict'><p><strong>Where this chapter stands.</strong> Paper scale: "
-            f"{html.escape(coverage_text(cov))} (committed under <code>results/{chapter}/</code>; "
-            f"<code>python -m fedlib records {chapter}</code> adds the rest). This page runs at scale "
+    """The box at the top of a chapter: reference- and paper-scale coverage from the committed records, and what
+    the scale this page ran at can and cannot say."""
+    from fedlib.experiment import RECORDED_SCALES
+
+    parts = [f"{s.capitalize()} scale: {html.escape(coverage_text(coverage(chapter, s)))}"
+             f" (<code>python -m fedlib records {chapter} --scale {s}</code> adds the rest)" for s in RECORDED_SCALES]
+    return (f"<div class='verdict'><p><strong>Where this chapter stands.</strong> {'. '.join(parts)}; records are "
+            f"committed under <code>results/{chapter}/</code>. This page runs at scale "
             f"<strong>{html.escape(scale)}</strong>: {html.escape(SCALE_MEANING.get(scale, ''))}.</p></div>")
 
 
