@@ -277,7 +277,7 @@ def test_drop_last_skips_each_epochs_partial_batch_in_every_executor(executor):
     2 * floor(n / 32) times (torch's DataLoader(drop_last=True)), without it 2 * ceil(n / 32) times; the other
     executors take the same steps to the same model."""
     rounds, fed = compare_rounds("fedavg", executor, rounds=1, drop_last=True, workers=2)
-    for reference, other, tasks in rounds:
+    for reference, other, _ in rounds:
         for a, b in zip(reference, other):
             n = len(fed.setup.train_idx[a.client_id])
             assert a.result.steps == b.result.steps == 2 * (n // 32)

@@ -35,7 +35,8 @@ from fedlib.experiment.runner import (
 )
 from fedlib.experiment.wiring import build, load_data, seed_everything
 
-__all__ = ["BUDGETS", "DEFAULT_CACHE", "ENGINES", "FIELDS", "OFF_BY_DEFAULT", "RECORDED_SCALES", "SCALES", "Config", "make_config",
+__all__ = ["BUDGETS", "DEFAULT_CACHE", "ENGINES", "FIELDS", "OFF_BY_DEFAULT", "RECORDED_SCALES", "SCALES", "Config",
+           "make_config",
            "validate",
            "atomic_json", "cache_lock", "code_version", "device_description", "read_cached_record", "record_of",
            "LOCKSTEP_CHECKPOINT_S", "PER_RUN_FIELDS", "SUMMARY_METRICS", "lockstep_groups", "lockstep_key", "run",

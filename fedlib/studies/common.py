@@ -1,6 +1,6 @@
 """The chapters' shared helpers, in two modules: ``grid`` (running grids, committed records, recording reference-
-and paper-scale grids) and ``report`` (labels, mean ± std, provenance, tables, verdicts, summaries). This module hands their
-names on, so chapters and notebooks import from one place."""
+and paper-scale grids) and ``report`` (labels, mean ± std, provenance, tables, verdicts, summaries). This module
+hands their names on, so chapters and notebooks import from one place."""
 from fedlib.studies.grid import (
                                  DEADLINE_GRACE_S,
                                  RUNTIME,
@@ -8,8 +8,8 @@ from fedlib.studies.grid import (
                                  convergence_grid,
                                  default_workers,
                                  nested,
-                                 recording_order,
                                  record_grid,
+                                 recording_order,
                                  run_all,
                                  run_grid,
                                  set_runtime,
@@ -38,7 +38,8 @@ from fedlib.studies.report import (
 
 __all__ = [
     "RUNTIME", "set_runtime", "default_workers", "run_all", "run_grid", "nested", "with_seeds", "stored_grid",
-    "recording_order", "record_grid", "convergence_grid", "convergence_gap", "DEADLINE_GRACE_S", "method_labels", "mean_std", "fmt", "provenance", "records_in",
+    "recording_order", "record_grid", "convergence_grid", "convergence_gap", "DEADLINE_GRACE_S", "method_labels",
+    "mean_std", "fmt", "provenance", "records_in",
     "provenance_line", "ResultsTable", "show_table", "report_stored", "Claim", "verdict_html", "ordered",
     "entropy_rows", "summary_path", "save_summary", "read_cached_record_like", "load_summaries",
 ]

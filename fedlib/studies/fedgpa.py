@@ -11,7 +11,17 @@ import numpy as np
 from fedlib.data.partition import fedgpa_setting
 from fedlib.experiment import Config, make_config
 from fedlib.plots import chance_line
-from fedlib.studies.common import RUNTIME, convergence_grid, fmt, mean_std, method_labels, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
+from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
+    RUNTIME,
+    convergence_grid,
+    fmt,
+    mean_std,
+    method_labels,
+    run_all,
+    run_grid,
+    set_runtime,
+    with_seeds,
+)
 from fedlib.studies.grid import Scales
 
 METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "scaffold", "fedper", "lg_fedavg", "fedbabu", "fedpac",

@@ -270,8 +270,8 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
         validate(cfg)
     batched = executor == "batched"
     jobs = [[todo[i] for i in g] for g in lockstep_groups(todo, max_runs)] if batched else [[c] for c in todo]
-    log(f"{chapter} at scale {scale}: {len(configs)} configs, {len(configs) - len(todo)} already recorded, {len(todo)} to run "
-        f"on {device} ({executor}, {len(jobs)} job(s)) with {workers} worker(s)")
+    log(f"{chapter} at scale {scale}: {len(configs)} configs, {len(configs) - len(todo)} already recorded, "
+        f"{len(todo)} to run on {device} ({executor}, {len(jobs)} job(s)) with {workers} worker(s)")
     counts = {"done": 0, "failed": 0, "left": 0}
     pool = start_pool(workers, single_threaded_run_worker, what="records' worker processes")
     running: dict = {}
