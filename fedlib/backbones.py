@@ -146,7 +146,9 @@ def extract(name: str, images: torch.Tensor, cache_dir: Path | None = None, chun
         path = Path(cache_dir) / "features" / f"{name}-{input_size if spec.resizable else 0}-{_digest(images)}.pt"
         if path.exists():
             try:
-                return torch.load(path, weights_only=True)
+                from fedlib import serial
+
+                return serial.load(path)
             except Exception as exc:  # truncated by a crash: set aside and recompute
                 from fedlib.engine.loop import set_aside
 

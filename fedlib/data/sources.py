@@ -152,12 +152,28 @@ def _missing(name: str, folder: Path, expected: str):
         f"dataset '{name}': {expected} not found under {folder}; {SOURCES[name].how_to_get}")
 
 
+class _ArraysOnly(pickle.Unpickler):
+    """Unpickles CIFAR's python batches (dicts, lists, bytes, NumPy arrays) and nothing else: a pickle naming any
+    other global (a function to call while loading) is refused, so a crafted data file runs no code."""
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+               ("numpy", "ndarray"), ("numpy", "dtype"), ("_codecs", "encode")}
+
+    def find_class(self, module, name):
+        if (module, name) not in self.ALLOWED:
+            raise pickle.UnpicklingError(f"it names {module}.{name}, which a CIFAR batch never holds")
+        return super().find_class(module, name)
+
+
 def read_cifar(folder: Path, train_files: list[str], test_files: list[str], label_key: bytes):
     def read(files):
         xs, ys = [], []
         for f in files:
             with open(folder / f, "rb") as fh:
-                batch = pickle.load(fh, encoding="bytes")
+                try:
+                    batch = _ArraysOnly(fh, encoding="bytes").load()
+                except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as exc:
+                    raise DataNotFoundError(f"{folder / f} is not a CIFAR python batch ({exc}); delete it and "
+                                            "download the dataset again (--download)") from None
             xs.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
             ys.append(np.asarray(batch[label_key], dtype=np.int64))
         return np.concatenate(xs), np.concatenate(ys)

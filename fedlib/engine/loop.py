@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from fedlib import serial
 from fedlib.data.federated import FederatedData
 from fedlib.engine.client import ClientTask, Setup
 from fedlib.engine.core import Batch, ClientContext, ClientSlot, Server, clone, derived_seed, own_copy
@@ -262,10 +263,9 @@ class Federation:
             return
         device = self.data.data.train_x.device
         try:
-            state = torch.load(self.checkpoint, map_location=device, weights_only=False)
+            state = serial.load(self.checkpoint, map_location=device)
             shards = shard_folder(self.checkpoint)
-            slots = {i: torch.load(shards / name, map_location=device, weights_only=False)
-                     for i, name in state["client_files"].items()}
+            slots = {i: serial.load(shards / name, map_location=device) for i, name in state["client_files"].items()}
             if sorted(slots) != list(range(len(self.clients))):
                 raise ValueError(f"it holds {len(slots)} clients, this run has {len(self.clients)}")
         except Exception as exc:  # truncated, empty, from another fedlib version: start again
@@ -299,14 +299,15 @@ def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 
 def save_to(obj, path: Path) -> None:
-    """torch.save through a Python file, so that a full disk or a read-only folder is an ``OSError`` naming
-    the file (PyTorch's own writer reports them as RuntimeError)."""
+    """``obj`` as a ``fedlib.serial`` file (a JSON tree and tensors: read back without unpickling anything),
+    written through a Python file, so that a full disk or a read-only folder is an ``OSError`` naming the file
+    (PyTorch's own writer reports them as RuntimeError)."""
     with open(path, "wb") as f:
-        torch.save(obj, f)
+        serial.save(obj, f)
 
 
 def atomic_save(obj, path: Path) -> None:
-    """torch.save through ``atomic_write``."""
+    """``save_to`` through ``atomic_write``."""
     atomic_write(path, lambda tmp: save_to(obj, tmp))
 
 

@@ -30,7 +30,6 @@ import threading
 import time
 from pathlib import Path
 
-import torch
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.common.constant import ErrorCode
@@ -511,7 +510,9 @@ class PrivateSlots:
             return slot["model"], slot["state"]
         path = None if self.folder is None else self.folder / f"c{client}-r{trained_in}.pt"
         if path is not None and path.exists():
-            slot = torch.load(path, map_location=self.fed.data.data.train_x.device, weights_only=False)
+            from fedlib import serial
+
+            slot = serial.load(path, map_location=self.fed.data.data.train_x.device)
             return slot["model"], slot["state"]
         raise ClientFailed(f"client {client}'s model and private state after round {trained_in + 1} are not on "
                            "this node (its SuperNode restarted, or the run resumed in a new federation, without a "

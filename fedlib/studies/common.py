@@ -4,7 +4,6 @@ hands their names on, so chapters and notebooks import from one place."""
 from fedlib.studies.grid import (
                                  DEADLINE_GRACE_S,
                                  RUNTIME,
-                                 convergence_gap,
                                  convergence_grid,
                                  default_workers,
                                  nested,
@@ -19,6 +18,7 @@ from fedlib.studies.grid import (
 from fedlib.studies.report import (
                                  Claim,
                                  ResultsTable,
+                                 convergence_gap,
                                  entropy_rows,
                                  fmt,
                                  load_summaries,

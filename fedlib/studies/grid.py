@@ -169,19 +169,6 @@ def convergence_grid(configs: dict, factor: int = 3) -> dict:
             for label, cfgs in configs.items()}
 
 
-def convergence_gap(reference: list[dict], longer: dict, metric: str) -> dict:
-    """The reference run of seed 0 against the same config at more rounds: {"reference": %, "longer": %,
-    "rounds": (R, 3R), "gap": longer - reference (points), "spread": the reference's std over seeds (points)}."""
-    import numpy as np
-
-    from fedlib.studies.report import mean_std
-
-    seed0 = next(r for r in reference if int(r["seed"]) == 0)
-    ref, far = 100 * seed0["final"][metric], 100 * longer["final"][metric]
-    return {"reference": ref, "longer": far, "rounds": (seed0["config"]["rounds"], longer["config"]["rounds"]),
-            "gap": far - ref, "spread": 100 * mean_std(reference, metric)[1] if len(reference) > 1 else np.nan}
-
-
 def recording_order(tables: dict, seeds=None, only=None) -> list[Config]:
     """A chapter's configs at one scale in the order the ``records`` command fills them: ``tables``
     ({table: {cell: [configs over seeds]}}, the headline table first) one table after the other, each

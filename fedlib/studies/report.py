@@ -30,6 +30,15 @@ def fmt(ms) -> str:
     return f"{100 * mean:.2f} ± {100 * std:.2f} (n={n})" if n > 1 else f"{100 * mean:.2f} (n=1)"
 
 
+def convergence_gap(reference: list[dict], longer: dict, metric: str) -> dict:
+    """The reference run of seed 0 against the same config at more rounds: {"reference": %, "longer": %,
+    "rounds": (R, 3R), "gap": longer - reference (points), "spread": the reference's std over seeds (points)}."""
+    seed0 = next(r for r in reference if int(r["seed"]) == 0)
+    ref, far = 100 * seed0["final"][metric], 100 * longer["final"][metric]
+    return {"reference": ref, "longer": far, "rounds": (seed0["config"]["rounds"], longer["config"]["rounds"]),
+            "gap": far - ref, "spread": 100 * mean_std(reference, metric)[1] if len(reference) > 1 else np.nan}
+
+
 def provenance(records: list[dict]) -> dict:
     """Where, when and with which code a set of records was made."""
     if not records:
