@@ -44,3 +44,31 @@ def test_headline_tables_keep_their_provenance_and_label_columns(tmp_path, monke
     assert all(list(p.columns[:2]) == ["BB", "method"] for p in table.parts())   # split, labels repeated
     assert table.df.iloc[0]["d0"] == "50.00"
     assert "scale ci; seeds 0" in table._repr_html_()
+
+
+def test_recorded_scales_are_counted_apart_from_the_books_own_runs(tmp_path, monkeypatch):
+    monkeypatch.setattr(experiment, "DEFAULT_CACHE", tmp_path)
+    held = Claim("a", "p", "o", True, margins={0: 2.0, 1: 2.2, 2: 1.8})
+    failed = Claim("b", "p", "o", False, margins={0: -2.0, 1: -2.2, 2: -1.8})
+    common.save_summary("fedgpa", "reference", claims=[held, failed], scale_note="reference scale, Settings [1]")
+    common.save_summary("fedgpa", "book", claims=[held, held, held])   # never counted in the recorded table
+    table = overview.recorded_claims_table().set_index("chapter")
+    assert table.loc["FedGPA", "reference scale"] == ("1 hold, 1 do not hold, 0 inconclusive "
+                                                      "(reference scale, Settings [1])")
+    assert table.loc["FedGPA", "paper scale"] == "-" and table.loc["FedPCL", "reference scale"] == "-"
+
+
+def test_best_evidence_takes_the_highest_scale_that_checked_each_claim():
+    from fedlib.studies.report import best_evidence, best_evidence_html
+
+    book = [Claim("a", "p", "o book", True, margins={0: 5.0}), Claim("b", "p", "o book", True, margins={0: 1.0})]
+    reference = [Claim("a", "p", "o ref", False, margins={0: -2.0, 1: -2.2, 2: -1.8}),
+                 Claim("b", "p", "o ref", None)]                                   # b was not checked there
+    paper = [Claim("c", "p", "o paper", True, margins={0: 1.0, 1: 1.1, 2: 0.9})]
+    found = best_evidence({"book": book, "reference": reference, "paper": paper})
+    assert [(scale, c.claim, sorted(others)) for scale, c, others in found] == [
+        ("paper", "c", []), ("reference", "a", ["book"]), ("book", "b", ["reference"])]
+    html = best_evidence_html({"book": book, "reference": reference, "paper": paper},
+                              {"book": "scale book", "reference": "R = 10", "paper": "150 rounds"})
+    assert "decided at paper scale: holds 1; reference scale: does not hold 1; book scale: inconclusive 1" in html
+    assert "book: inconclusive at 1 seed (margin +5.00, no interval)" in html

@@ -124,3 +124,40 @@ def test_scales_refuse_missing_scales_and_uneven_keys():
         Scales(ci={"rounds": 1}, paper={"rounds": 2})
     with pytest.raises(ValueError, match="seeds"):
         Scales(ci={"rounds": 1}, book={"rounds": 2, "seeds": [0]}, reference={"rounds": 3}, paper={"rounds": 4})
+
+
+def test_margin_stability_reads_the_committed_paper_records_cut_at_each_round():
+    """The first claim's margin at round R is min over the read cells of FedGPA minus the best other method, each
+    read straight from the seed-0 records' history rows of round R."""
+    from fedlib.studies import fedgpa
+    from fedlib.studies.common import stored_grid
+
+    stored = stored_grid("fedgpa", fedgpa.paper_scale_grid())
+    rows, settings, methods = fedgpa.margin_stability(stored, rounds=(10, 150))
+    if not rows:
+        pytest.skip("no complete setting of current paper-scale records")
+
+    def at(m, st, s, R):
+        rec = next(r for r in stored[(m, st, s)]["records"] if r["seed"] == 0)
+        return 100 * next(h for h in rec["history"] if h["round"] == R)["personal_local_acc"]
+
+    for R in (10, 150):
+        expected = min(at("fedgpa", st, s, R) - max(at(m, st, s, R) for m in methods if m != "fedgpa")
+                       for st in settings for s in (20, 80))
+        assert rows[0][f"margin at round {R}"] == pytest.approx(expected, abs=0.006)
+
+
+def test_convergence_rows_compare_the_reference_endpoint_with_3x_and_the_paper():
+    from fedlib.studies import fedgpa
+
+    def record(seed, rounds, accs):
+        hist = [{"round": r, "personal_local_acc": a} for r, a in zip(range(5, rounds + 1, 5), accs)]
+        return {"seed": seed, "config": {"rounds": rounds}, "history": hist, "final": hist[-1]}
+
+    reference = {"fedgpa": [record(0, 10, [0.70, 0.80]), record(1, 10, [0.70, 0.82]), record(2, 10, [0.7, 0.84])]}
+    longer = {"fedgpa": [record(0, 30, [0.70, 0.80, 0.83, 0.84, 0.85, 0.855])]}
+    paper = {"fedgpa": [record(0, 150, [0.7] * 29 + [0.9])]}
+    (row,) = fedgpa.convergence_rows(reference, longer, paper)
+    assert row["round 10 (reference)"] == 80.0 and row["round 30 (3x)"] == 85.5 and row["round 150 (paper)"] == 90.0
+    assert row["gap 30 - 10"] == 5.5 and row["reference std over seeds"] == pytest.approx(1.63, abs=0.01)
+    assert "still moving (beyond 1.63 points)" in fedgpa.convergence_verdict([row])[0]

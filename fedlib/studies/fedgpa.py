@@ -464,9 +464,142 @@ def plot_weights(runs: dict, s_values) -> tuple:
     return fig, lines
 
 
-# ---------------------------------------------------------------------- the committed paper-scale records
+# ---------------------------------------------------------------------- the committed records
 def paper_scale_grid() -> dict:
     return comparison_grid((1, 2, 3), (20, 80), METHODS, "paper")
+
+
+def reference_note() -> str:
+    """What the reference scale is, as a share of the paper's training."""
+    ref, paper = scale_info("reference"), scale_info("paper")
+    share = ref["rounds"] * ref["local_epochs"] / (paper["rounds"] * paper["local_epochs"])
+    return (f"the paper's protocol (20 clients, full n, E = {ref['local_epochs']}, batch 50, SGD lr 0.02) stopped "
+            f"at round {ref['rounds']} of {paper['rounds']}: {100 * share:.1f}% of the paper's training steps, "
+            f"seeds {ref['seeds']}. No method of this chapter depends on the number of rounds, so each reference run "
+            f"is the first {ref['rounds']} rounds of the paper-scale run of its seed")
+
+
+def value_at(record: dict, rnd: int, metric: str = METRIC) -> float | None:
+    """A record's ``metric`` (%) at evaluated round ``rnd``, None where it was not evaluated then."""
+    row = next((h for h in record["history"] if h["round"] == rnd and metric in h), None)
+    return None if row is None else 100 * row[metric]
+
+
+def convergence_rows(reference: dict, longer: dict, paper: dict) -> list[dict]:
+    """The convergence check, per method of CONVERGENCE (Setting 1, s = 20, seed 0): its accuracy at the
+    reference budget R, at 3R (the reference config run 3x longer) and at the paper's 150 rounds (the committed
+    paper-scale record, where there is one), the gap 3R - R, and the spread of the reference over its seeds.
+    ``reference``/``longer``/``paper``: {method: records}."""
+    from fedlib.studies.common import convergence_gap
+
+    rows = []
+    for m in CONVERGENCE:
+        if not reference.get(m) or not longer.get(m):
+            continue
+        gap = convergence_gap(reference[m], longer[m][0], METRIC)
+        R, far = gap["rounds"]
+        full = next((value_at(r, 150) for r in paper.get(m, []) if int(r["seed"]) == 0), None)
+        rows.append({"method": LABELS[m], f"round {R} (reference)": round(gap["reference"], 2),
+                     f"round {far} (3x)": round(gap["longer"], 2), "round 150 (paper)": full,
+                     f"gap {far} - {R}": round(gap["gap"], 2), "reference std over seeds": round(gap["spread"], 2)})
+    return rows
+
+
+def convergence_verdict(rows: list[dict]) -> list[str]:
+    """One line per method of ``convergence_rows``: has its accuracy settled at the reference budget (the gap to
+    3x the rounds within 1 point or the reference's spread over seeds)?"""
+    out = []
+    for row in rows:
+        gap = next(v for k, v in row.items() if k.startswith("gap"))
+        spread = row["reference std over seeds"]
+        bound = max(1.0, spread if spread == spread else 0.0)   # NaN spread (one seed): 1 point
+        out.append(f"{row['method']}: {gap:+.2f} points from the reference budget to 3x its rounds: "
+                   + ("settled (within 1 point or the seed spread)" if abs(gap) <= bound else
+                      f"still moving (beyond {bound:.2f} points): the reference scale does not give this method's "
+                      "converged accuracy; its verdicts rest on margins, see the table below"))
+    return out
+
+
+def plot_convergence(longer: dict, paper: dict, R: int):
+    """Accuracy per evaluated round of the 3x runs and of the paper-scale records (seed 0, Setting 1, s = 20),
+    with the reference budget marked."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    for m, color in zip(CONVERGENCE, ("C0", "C1")):
+        for recs, style, what in ((paper.get(m, []), ":", "paper-scale record"), (longer.get(m, []), "-", "3x run")):
+            rec = next((r for r in recs if int(r["seed"]) == 0), None)
+            if rec is None:
+                continue
+            pts = [(h["round"], 100 * h[METRIC]) for h in rec["history"] if METRIC in h]
+            ax.plot(*zip(*pts), style, color=color, marker="o" if style == "-" else None, ms=3,
+                    label=f"{LABELS[m]}, {what}")
+    ax.axvline(R, color="grey", lw=1)
+    ax.annotate(f"reference: round {R}", (R, ax.get_ylim()[0]), xytext=(4, 4), textcoords="offset points",
+                fontsize=8)
+    ax.set_xlabel("round")
+    ax.set_ylabel("personalized accuracy (%)")
+    ax.set_title("FMNIST Setting 1, s = 20, seed 0")
+    chance_line(ax)
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def recorded_claims(scale: str) -> tuple[list, str] | None:
+    """The claims' verdicts from the committed records at ``scale`` (reference or paper): the comparison over the
+    settings whose every cell has a current record, the ablation and the mu sweep where complete. Returns
+    (claims, what they were computed on), or None where no setting is complete."""
+    from fedlib.studies.common import stored_grid
+
+    grids = tables(scale)
+    stored = stored_grid("fedgpa", grids["comparison"])
+    done = complete_settings(stored)
+    if not done:
+        return None
+    runs = {k: c["records"] for k, c in stored.items() if k[1] in done}
+    abl = stored_grid("fedgpa", grids["ablation"])
+    mu = stored_grid("fedgpa", grids["mu_sweep"])
+    complete = lambda cells: all(c["records"] for c in cells.values())  # noqa: E731
+    claims = verdicts(runs, done, [20, 80], METHODS,
+                      ablation={k: c["records"] for k, c in abl.items()} if complete(abl) else None,
+                      mu_runs={k: c["records"] for k, c in mu.items()} if complete(mu) else None)
+    seeds = sorted({int(r["seed"]) for recs in runs.values() for r in recs})
+    sc = scale_info(scale)
+    return claims, (f"{scale} scale, committed records: {sc['rounds']} rounds, E = {sc['local_epochs']}, full n; "
+                    f"Settings {done}, seeds {seeds}" + ("" if complete(abl) else "; ablation not yet recorded")
+                    + ("" if complete(mu) else "; mu sweep not yet recorded"))
+
+
+def margin_stability(stored: dict, rounds=(10, 20, 30, 50, 100, 150)) -> tuple[list[dict], list[int], list[str]]:
+    """Each claim's margin (points, seed 0) when the committed paper-scale records are cut at round R: whether a
+    shorter budget gives the verdict the paper's budget gives. Read over the settings where at least one of
+    FedGPA's rivals has a current seed-0 record in every cell, and the methods that do. Returns (rows, settings,
+    methods)."""
+    import copy
+
+    def seed0(cell):
+        return [r for r in stored[cell]["records"] if int(r["seed"]) == 0]
+
+    settings = [st for st in (1, 2, 3) if all(seed0(("fedgpa", st, s)) for s in (20, 80))]
+    methods = [m for m in METHODS if all(seed0((m, st, s)) for st in settings for s in (20, 80))]
+    if not settings or len(methods) < 2:
+        return [], settings, methods
+    paper_runs = {(m, st, s): seed0((m, st, s)) for m in methods for st in settings for s in (20, 80)}
+
+    def cut(record, R):
+        out = copy.deepcopy(record)
+        out["history"] = [h for h in record["history"] if h["round"] <= R]
+        out["final"] = out["history"][-1]
+        return out
+
+    table: dict[str, dict] = {}
+    for R in rounds:
+        runs = {k: [cut(r, R) for r in recs] for k, recs in paper_runs.items()}
+        for c in verdicts(runs, settings, (20, 80), methods):
+            if c.margins:
+                table.setdefault(c.claim, {"claim": c.claim})[f"margin at round {R}"] = round(c.margins[0], 2)
+    return list(table.values()), settings, methods
 
 
 CONVERGENCE = ("fedgpa", "fedpac")   # the paper's method and its main baseline, run 3x longer at reference scale
@@ -483,21 +616,23 @@ def tables(scale: str) -> dict:
     return out
 
 
-def paper_scale_rows(stored: dict) -> list[dict]:
-    """Ours at paper scale (committed records) beside the paper, one row per (setting, s, method)."""
+def recorded_rows(stored: dict, scale: str = "paper") -> list[dict]:
+    """Ours at a recorded scale (committed records) beside the paper, one row per (setting, s, method); the
+    difference to the paper only at paper scale (a shorter budget is not the paper's experiment)."""
     rows = []
     for (m, st, s), cell in stored.items():
         paper = PAPER[st][m][0 if s == 20 else 1]
         ms = mean_std(cell["records"]) if cell["records"] else None
-        rows.append({"setting": st, "s": s, "method": LABELS[m], "ours (paper scale)": fmt(ms) if ms else "-",
-                     "seeds": len(cell["records"]), "paper": paper,
-                     "ours - paper": round(100 * ms[0] - paper, 2) if ms else "-",
-                     "stale / missing": f"{cell['stale']} / {cell['missing']}"})
+        row = {"setting": st, "s": s, "method": LABELS[m], f"ours ({scale} scale)": fmt(ms) if ms else "-",
+               "seeds": len(cell["records"]), "paper": paper}
+        if scale == "paper":
+            row["ours - paper"] = round(100 * ms[0] - paper, 2) if ms else "-"
+        rows.append({**row, "stale / missing": f"{cell['stale']} / {cell['missing']}"})
     return rows
 
 
-def paper_scale_table(rows: list[dict], stored: dict, setting: int):
-    """One setting of the paper-scale comparison, (method) down and s across: (table, its records)."""
+def recorded_table(rows: list[dict], stored: dict, setting: int):
+    """One setting of a recorded comparison, (method) down and s across: (table, its records)."""
     import pandas as pd
 
     df = pd.DataFrame([r for r in rows if r["setting"] == setting]).drop(columns="setting")

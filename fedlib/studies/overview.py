@@ -42,6 +42,30 @@ def chapters_table(found: dict, scale: str):
     return pd.DataFrame(rows)
 
 
+def recorded_claims_table():
+    """One row per chapter: its claims by outcome at each recorded scale (reference, paper), from the summaries
+    its notebook leaves after reading the committed records; "-" where no setting of that scale is complete."""
+    import pandas as pd
+
+    from fedlib.experiment import RECORDED_SCALES
+
+    found = {s: summaries(s) for s in RECORDED_SCALES}
+    rows = []
+    for chapter, title in CHAPTERS.items():
+        row = {"chapter": title}
+        for s in RECORDED_SCALES:
+            summary = found[s].get(chapter)
+            if summary is None or not summary.get("claims"):
+                row[f"{s} scale"] = "-"
+                continue
+            n = verdict_counts(summary)
+            row[f"{s} scale"] = (f"{n['hold']} hold, {n['do not hold']} do not hold, {n['inconclusive']} "
+                                 f"inconclusive" + (f", {n['not checked']} not checked" if n["not checked"] else "")
+                                 + f" ({summary.get('scale_note', '')})")
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def status_table():
     """One row per chapter: reference- and paper-scale coverage from the committed records (whatever scale this
     page shows)."""
