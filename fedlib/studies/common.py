@@ -41,6 +41,7 @@ __all__ = [
     "RUNTIME", "set_runtime", "default_workers", "run_all", "run_grid", "nested", "with_seeds", "stored_grid",
     "recording_order", "record_grid", "convergence_grid", "convergence_gap", "DEADLINE_GRACE_S", "method_labels",
     "mean_std", "fmt", "provenance", "records_in",
-    "provenance_line", "ResultsTable", "show_table", "report_stored", "Claim", "verdict_html", "best_evidence_html", "ordered",
+    "provenance_line", "ResultsTable", "show_table", "report_stored", "Claim", "verdict_html", "best_evidence_html",
+    "ordered",
     "entropy_rows", "summary_path", "save_summary", "read_cached_record_like", "load_summaries",
 ]
