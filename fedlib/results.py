@@ -28,6 +28,7 @@ KEEP = (
     "seed",
     "code_version",
     "device",
+    "precision",
     "executor",
     "runs_batched",
     "wall_time_s",

@@ -17,7 +17,7 @@ from torch.func import functional_call, grad_and_value, vmap
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from fedlib.engine.core import Batch, ClientContext, Out, Params, Phase
-from fedlib.engine.training import OptimizerSpec, epoch_orders, full_batches
+from fedlib.engine.training import OptimizerSpec, epoch_orders, full_batches, step_scope
 from fedlib.models import SplitModel, network_params, part_of
 
 
@@ -140,11 +140,13 @@ class BatchedTrainer:
     """Trains the clients of one phase together (see the module docstring)."""
 
     def __init__(self, model: SplitModel, train_x: torch.Tensor, train_y: torch.Tensor, batch_size: int,
-                 optimizer: OptimizerSpec | None = None, overhead: float | None = None, drop_last: bool = False):
+                 optimizer: OptimizerSpec | None = None, overhead: float | None = None, drop_last: bool = False,
+                 precision: str = "fp32"):
         self.model = model
         self.x, self.y = train_x.contiguous(), train_y
         self.batch_size = batch_size
         self.drop_last = drop_last
+        self.precision = precision
         self.optimizer = optimizer or OptimizerSpec()
         # cost of one lockstep step in units of one client's batch: kernel launches dominate on a GPU
         self.overhead = overhead if overhead is not None else (16.0 if train_x.is_cuda else 1.0)
@@ -245,19 +247,22 @@ class BatchedTrainer:
         masks = torch.arange(S, device=device).unsqueeze(1) < torch.tensor(lengths, device=device).unsqueeze(0)
         shortest = min(lengths)
         model.train()
-        for s in range(S):
-            ids = idx[s]
-            grads, loss = step_fn(train_p, frozen_p, self.x[ids], self.y[ids], w[s], ctx_inputs)
-            new_p, new_state = opt.update(train_p, grads, opt_state, unused)
-            contribution = loss.double() * w[s].sum(1).double()
-            if s < shortest:
-                train_p, opt_state = new_p, new_state
-            else:
-                mask = masks[s]
-                train_p = {k: _where(mask, new_p[k], train_p[k]) for k in train_p}
-                opt_state = {k: _where(mask, new_state[k], opt_state[k]) for k in opt_state}
-                contribution = torch.where(mask, contribution, torch.zeros_like(contribution))
-            total += contribution
+        around_phase, around_forward = step_scope(self.precision, device.type)
+        with around_phase:
+            for s in range(S):
+                ids = idx[s]
+                with around_forward():
+                    grads, loss = step_fn(train_p, frozen_p, self.x[ids], self.y[ids], w[s], ctx_inputs)
+                new_p, new_state = opt.update(train_p, grads, opt_state, unused)
+                contribution = loss.double() * w[s].sum(1).double()
+                if s < shortest:
+                    train_p, opt_state = new_p, new_state
+                else:
+                    mask = masks[s]
+                    train_p = {k: _where(mask, new_p[k], train_p[k]) for k in train_p}
+                    opt_state = {k: _where(mask, new_state[k], opt_state[k]) for k in opt_state}
+                    contribution = torch.where(mask, contribution, torch.zeros_like(contribution))
+                total += contribution
         totals = total.tolist()   # the phase's one synchronisation with the host
         out = []
         for i, start in enumerate(starts):   # a non-finite total is the caller's to report (train_cohorts)

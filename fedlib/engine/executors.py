@@ -51,7 +51,8 @@ class BatchedExecutor(SequentialExecutor):
         super().__init__(setup, trainer)
         # ``batched``: a trainer shared with other runs on the same data tensors (run-batched grids)
         self.batched = batched or BatchedTrainer(trainer.model, trainer.x, trainer.y, trainer.batch_size,
-                                                 trainer.optimizer, overhead=overhead, drop_last=trainer.drop_last)
+                                                 trainer.optimizer, overhead=overhead, drop_last=trainer.drop_last,
+                                                 precision=trainer.precision)
         self.supported = BatchedTrainer.supports(trainer.model)
 
     def run(self, method, tasks: list[ClientTask]) -> list[ClientResult]:
@@ -163,11 +164,11 @@ def context_signature(ctx) -> str:
 _WORKER: dict = {}
 
 
-def _init_worker(model, x, y, batch_size, optimizer, drop_last):
+def _init_worker(model, x, y, batch_size, optimizer, drop_last, precision):
     worker_process_setup()
     torch.set_num_threads(1)
     # tensors arrive in shared memory: a private copy keeps the workers from training one storage
-    _WORKER["trainer"] = Trainer(copy.deepcopy(model), x, y, batch_size, optimizer, drop_last)
+    _WORKER["trainer"] = Trainer(copy.deepcopy(model), x, y, batch_size, optimizer, drop_last, precision)
 
 
 def _run_chunk(payload: bytes) -> bytes:
@@ -201,14 +202,14 @@ class ProcessExecutor:
 
     def _pool(self, method) -> ProcessPoolExecutor:
         t = self.trainer
-        key = (t.x.data_ptr(), tuple(t.x.shape), t.y.data_ptr(), repr(t.model), t.batch_size, t.drop_last, t.optimizer,
-               self.workers)
+        key = (t.x.data_ptr(), tuple(t.x.shape), t.y.data_ptr(), repr(t.model), t.batch_size, t.drop_last, t.precision,
+               t.optimizer, self.workers)
 
         def make():
             t.x.share_memory_()
             t.y.share_memory_()
             return start_pool(self.workers, _init_worker,
-                              (copy.deepcopy(t.model), t.x, t.y, t.batch_size, t.optimizer, t.drop_last),
+                              (copy.deepcopy(t.model), t.x, t.y, t.batch_size, t.optimizer, t.drop_last, t.precision),
                               hide_main=type(method).__module__ != "__main__",
                               what="worker processes of the 'process' executor")
         return POOLS.get("clients", key, make, keep=(t.x, t.y))

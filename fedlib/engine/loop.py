@@ -73,7 +73,7 @@ class Federation:
         data = fed.data
         self.trainer = Trainer(model, data.train_x, data.train_y, training.batch_size,
                                OptimizerSpec(training.optimizer, training.momentum, training.weight_decay),
-                               drop_last=training.drop_last)
+                               drop_last=training.drop_last, precision=training.precision)
         train_idx, val_idx = validation_split(fed.train_idx, method.validation_fraction, seed)
         self.setup = Setup(seed=seed, rounds=rounds, num_classes=fed.num_classes, lr=training.lr,
                            local_epochs=training.epochs, batch_size=training.batch_size, train_idx=train_idx,

@@ -14,8 +14,9 @@ from fedlib.engine.core import derived_seed
 
 @dataclass(frozen=True)
 class LocalTraining:
-    """Every client's local training: epochs per round, mini-batch size, step size, optimizer, and whether an
-    epoch's last mini-batch smaller than ``batch_size`` is skipped (``drop_last``, as torch's DataLoader)."""
+    """Every client's local training: epochs per round, mini-batch size, step size, optimizer, whether an
+    epoch's last mini-batch smaller than ``batch_size`` is skipped (``drop_last``, as torch's DataLoader), and the
+    arithmetic of training steps (``precision``: fedlib.engine.training.PRECISIONS)."""
     epochs: int
     batch_size: int
     lr: float
@@ -23,6 +24,7 @@ class LocalTraining:
     momentum: float = 0.0
     weight_decay: float = 0.0
     drop_last: bool = False
+    precision: str = "fp32"
 
 
 class Participation:

@@ -5,6 +5,7 @@ draws the same mini-batches and a resumed run needs no saved RNG state.
 """
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import math
@@ -35,6 +36,60 @@ def epoch_orders(train_idx: torch.Tensor, epochs: int, seed_keys: tuple[int, ...
     gen = torch.Generator(device="cpu").manual_seed(derived_seed(*seed_keys))
     n = len(train_idx)
     return [train_idx[torch.randperm(n, generator=gen).to(train_idx.device)] for _ in range(epochs)]
+
+
+# The arithmetic of a training step. fp32: everything in float32. bf16: forward and loss under autocast to bfloat16
+# (matrix products and convolutions in bf16, reductions and the loss in float32), float32 master weights, gradients,
+# optimizer state and server aggregation. tf32: CUDA matrix products and convolutions in TensorFloat-32.
+# Evaluation always runs in float32.
+PRECISIONS = ("fp32", "bf16", "tf32")
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_model() -> str:
+    """The processor's model name (Linux: /proc/cpuinfo), else what ``platform`` says: two CPUs of another
+    model may round float32 kernels differently."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown model"
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX): elsewhere PyTorch emulates it, slower than
+    float32."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line for line in f if line.startswith("flags")), "").split()
+    except OSError:
+        return False
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
+
+
+@contextlib.contextmanager
+def tf32_matmuls():
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+def step_scope(precision: str, device_type: str):
+    """The contexts of one phase's training under ``precision``: (around the whole phase, around each forward
+    and loss)."""
+    if precision == "bf16":
+        return contextlib.nullcontext(), lambda: torch.autocast(device_type, dtype=torch.bfloat16)
+    if precision == "tf32":
+        return tf32_matmuls(), contextlib.nullcontext
+    return contextlib.nullcontext(), contextlib.nullcontext
 
 
 def full_batches(order: torch.Tensor, batch_size: int, drop_last: bool) -> torch.Tensor:
@@ -77,7 +132,7 @@ class Trainer:
     accumulated on the device and checked once per phase (no host synchronisation per step)."""
 
     def __init__(self, model: SplitModel, train_x: torch.Tensor, train_y: torch.Tensor, batch_size: int,
-                 optimizer: OptimizerSpec = OptimizerSpec(), drop_last: bool = False):
+                 optimizer: OptimizerSpec = OptimizerSpec(), drop_last: bool = False, precision: str = "fp32"):
         if not train_x.is_cuda:
             tune_allocator()
         # channels_last: ~1.7x faster small convolutions on CPU (see benchmarks/round_speed.py)
@@ -86,6 +141,7 @@ class Trainer:
         self.x, self.y = train_x.contiguous(memory_format=self.layout), train_y
         self.batch_size = batch_size
         self.drop_last = drop_last
+        self.precision = precision
         self.optimizer = optimizer
         self.buffer_names = frozenset(name for name, _ in self.model.named_buffers())
 
@@ -143,23 +199,27 @@ class Trainer:
         count = steps = 0
         model.train()
         loss_ctx = ctx.loss_view()
-        for order in epoch_orders(train_idx, epochs, seed_keys):
-            order = full_batches(order, self.batch_size, self.drop_last)
-            for start in range(0, len(order), self.batch_size):
-                if phase.max_steps is not None and steps >= phase.max_steps:
-                    break
-                idx = order[start:start + self.batch_size]
-                batch = Batch(self.x[idx], self.y[idx])
-                opt.zero_grad(set_to_none=True)
-                if phase.step is None:
-                    loss = loss_fn(Out(*model.forward_features(batch.x)), batch, trainable, loss_ctx)
-                    loss.backward()
-                else:
-                    loss = phase.step(batch, trainable, ctx)
-                opt.step()
-                steps += 1
-                total += loss.detach().double() * len(idx)
-                count += len(idx)
+        around_phase, around_forward = step_scope(self.precision, self.x.device.type)
+        with around_phase:
+            for order in epoch_orders(train_idx, epochs, seed_keys):
+                order = full_batches(order, self.batch_size, self.drop_last)
+                for start in range(0, len(order), self.batch_size):
+                    if phase.max_steps is not None and steps >= phase.max_steps:
+                        break
+                    idx = order[start:start + self.batch_size]
+                    batch = Batch(self.x[idx], self.y[idx])
+                    opt.zero_grad(set_to_none=True)
+                    if phase.step is None:
+                        with around_forward():
+                            loss = loss_fn(Out(*model.forward_features(batch.x)), batch, trainable, loss_ctx)
+                        loss.backward()
+                    else:
+                        with around_forward():
+                            loss = phase.step(batch, trainable, ctx)
+                    opt.step()
+                    steps += 1
+                    total += loss.detach().double() * len(idx)
+                    count += len(idx)
         for p in model.parameters():
             p.requires_grad_(True)
         value = float(total)

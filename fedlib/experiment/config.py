@@ -94,6 +94,7 @@ class Config:
     momentum: float = 0.0
     weight_decay: float = 0.0
     drop_last: bool = False        # skip each epoch's last partial mini-batch (torch's DataLoader(drop_last=True))
+    precision: str = "fp32"        # fp32 | bf16 | tf32: the arithmetic of training steps (engine.training.PRECISIONS)
     model: str | None = None
     hyper: dict = field(default_factory=dict)
     seed: int = 0
@@ -144,7 +145,7 @@ class Config:
     # the protocol objects the engine runs
     def local_training(self) -> LocalTraining:
         return LocalTraining(self.local_epochs, self.batch_size, self.lr, self.optimizer, self.momentum,
-                             self.weight_decay, self.drop_last)
+                             self.weight_decay, self.drop_last, self.precision)
 
     def with_budget(self, budget: str | None) -> Config:
         if budget is None:
@@ -157,7 +158,8 @@ FIELDS = {f.name for f in dataclasses.fields(Config)} | set(FLAT_NAMES)
 # fields whose default leaves results as they were before the field existed: omitted from the key then
 OFF_BY_DEFAULT: dict[str, Any] = {"data_options": {}, "backbones": None, "metrics": [], "eval_clients": "all",
                                   "average_global": False, "late_clients": 0, "late_round": 0,
-                                  "eval_finetune_epochs": 0, "secure_aggregation": None, "drop_last": False}
+                                  "eval_finetune_epochs": 0, "secure_aggregation": None, "drop_last": False,
+                                  "precision": "fp32"}
 
 
 ENGINES = ("inprocess", "flower")   # how clients run: fedlib.experiment.runner.ENGINE_RUNNERS
@@ -179,6 +181,22 @@ def make_config(**kwargs) -> Config:
         if flat in kwargs:
             groups[group][name] = kwargs.pop(flat)
     return Config(**kwargs, **{name: GROUPS[name](**values) for name, values in groups.items()})
+
+
+def check_precision(precision: str, device: str) -> None:
+    """A precision the device computes natively: bf16 on a CPU with AVX512-BF16 or AMX (PyTorch emulates it
+    elsewhere, slower than fp32) or a CUDA device that supports it; tf32 on CUDA only."""
+    from fedlib.engine.training import PRECISIONS, cpu_has_bf16, cpu_model
+
+    check(precision in PRECISIONS, "precision", precision, f"one of {', '.join(PRECISIONS)}")
+    if precision == "tf32":
+        check(device.startswith("cuda"), "precision", precision, "'fp32' or 'bf16' on the CPU (TF32 is a CUDA format)")
+    if precision == "bf16" and device == "cpu":
+        check(cpu_has_bf16(), "precision", precision,
+              f"'fp32' on this processor ({cpu_model()}): it has no bf16 instructions (AVX512-BF16 or AMX), so "
+              "PyTorch would emulate bf16 slower than fp32")
+    if precision == "bf16" and device.startswith("cuda") and torch.cuda.is_available():
+        check(torch.cuda.is_bf16_supported(), "precision", precision, f"'fp32' or 'tf32' ({device} has no bf16)")
 
 
 def validate(cfg: Config) -> None:
@@ -224,6 +242,7 @@ def validate(cfg: Config) -> None:
     check(cfg.device == "cpu" or cfg.device.startswith("cuda"), "device", cfg.device, "'cpu' or 'cuda[:n]'")
     if cfg.device.startswith("cuda"):
         check(torch.cuda.is_available(), "device", cfg.device, "'cpu' (no CUDA device is visible)")
+    check_precision(cfg.precision, cfg.device)
     from fedlib.engine.evaluation import resolve_metric_sets
     from fedlib.engine.executors import EXECUTORS
 

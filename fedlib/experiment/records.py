@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 import fedlib
+from fedlib.engine.training import cpu_model
 from fedlib.errors import ConfigError
 from fedlib.experiment.config import Config
 
@@ -39,17 +40,14 @@ def code_version() -> str:
     return f"fedlib {fedlib.__version__}" + (f" ({rev}{'+changes' if changed else ''})" if rev else "")
 
 
-@functools.lru_cache(maxsize=1)
-def cpu_model() -> str:
-    """The processor's model name (Linux: /proc/cpuinfo), else what ``platform`` says: two CPUs of another
-    model may round float32 kernels differently."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown model"
+def pin_code_version() -> str:
+    """Read the code version now and hand it to every process started from here on (FEDLIB_CODE_VERSION): a
+    worker that reads it only when its first run ends would name whatever commit the checkout holds by then."""
+    version = code_version()
+    inner = version[version.index("(") + 1:-1] if "(" in version else ""
+    if inner:
+        os.environ.setdefault("FEDLIB_CODE_VERSION", inner)
+    return version
 
 
 def device_description(device: str) -> str:
@@ -170,7 +168,7 @@ def record_of(cfg: Config, fed, started: float) -> dict:
         shared["left_out"] = {str(t + 1): ids for t, ids in fed.executor.left_out.items()}
     return {**shared,
         "config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "code_version": code_version(),
-        "device": device_description(cfg.device), "engine": cfg.engine,
+        "device": device_description(cfg.device), "precision": cfg.precision, "engine": cfg.engine,
         "executor": fed.executor.name,
         "wall_time_s": fed.elapsed, "history": history, "final": history[-1],
         "final_confusions": {k: [np.asarray(c).tolist() for c in v] for k, v in fed.final_confusions.items()},

@@ -14,7 +14,14 @@ import torch
 
 from fedlib.errors import TrainingDiverged
 from fedlib.experiment.config import DEFAULT_CACHE, Config, validate
-from fedlib.experiment.records import atomic_json, cache_lock, lock_or_none, read_cached_record, record_of
+from fedlib.experiment.records import (
+    atomic_json,
+    cache_lock,
+    code_version,
+    lock_or_none,
+    read_cached_record,
+    record_of,
+)
 from fedlib.experiment.wiring import build, load_data
 
 
@@ -53,6 +60,7 @@ def trained(cfg: Config, cache_dir: str | os.PathLike | None = DEFAULT_CACHE, pr
 def _run(cfg: Config, record_path: Path | None, checkpoint: Path | None, progress: bool, callbacks, desc: str) -> dict:
     desc = desc or f"{cfg.method} seed {cfg.seed}"
     started = time.time()
+    code_version()   # read as the run starts (once per process): a commit made while it trains does not relabel it
     fed = engine_runner(cfg.engine)(cfg, checkpoint=checkpoint, progress=progress, desc=desc, callbacks=callbacks)
     record = record_of(cfg, fed, started)
     if record_path is not None and checkpoint is not None:
@@ -183,7 +191,8 @@ def _run_group(cfgs: list[Config], positions: list[int], out: list, cache_dir, p
         def executor(setup, trainer, **_):
             if "batched" not in shared:
                 shared["batched"] = BatchedTrainer(trainer.model, trainer.x, trainer.y, trainer.batch_size,
-                                                   trainer.optimizer, drop_last=trainer.drop_last)
+                                                   trainer.optimizer, drop_last=trainer.drop_last,
+                                                   precision=trainer.precision)
             return BatchedExecutor(setup, trainer, batched=shared["batched"])
 
         feds = []

@@ -87,8 +87,10 @@ def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, st
 
     from fedlib import results
     from fedlib.experiment import DEFAULT_CACHE
+    from fedlib.experiment.records import pin_code_version
 
     workers = default_workers() if workers is None else workers
+    pin_code_version()   # the workers' records name the code they started with
     cache = kwargs.get("cache_dir", DEFAULT_CACHE)
     out: list = [None] * len(configs)
     pending: dict[str, list[int]] = {}
@@ -246,8 +248,10 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
     from fedlib import results
     from fedlib.engine.workers import single_threaded_run_worker, start_pool, stop_pool
     from fedlib.experiment import DEFAULT_CACHE, lockstep_groups, validate
+    from fedlib.experiment.records import pin_code_version
 
     start = time.time()
+    pin_code_version()   # the workers' records name the code they started with
     cache_dir = cache_dir or DEFAULT_CACHE
     deadline = None if deadline_s is None else start + deadline_s
     root = root or results.RESULTS

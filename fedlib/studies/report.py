@@ -106,7 +106,8 @@ def provenance_line(records: list[dict], scale: str, test_set: str) -> str:
         f"{_listed(c['num_clients'] for c in cfgs)} clients, {_listed(c['rounds'] for c in cfgs)} rounds; "
         f"test: {test_set}; seeds {_listed(seeds, 5)}: {spread}; "
         f"code {_listed(r.get('code_version', '?') for r in records)}; "
-        f"device {_listed(r.get('device', '?') for r in records)}; {len(records)} runs, {wall_s} of training"
+        f"device {_listed(r.get('device', '?') for r in records)}; precision "
+        f"{_listed(r.get('precision', 'fp32') for r in records)}; {len(records)} runs, {wall_s} of training"
     )
 
 
