@@ -138,6 +138,8 @@ def test_fedgpa_claims_against_hand_made_results():
     assert [c.margins for c in claims if c.claim.startswith("mu")] == [pytest.approx({0: -4.0})]
     page = verdict_html(claims, "book scale")
     assert page.count("<tr>") == 10 and "inconclusive 9 (of 9" in page
+    # the chapter's claim -> runs list names every claim, in order
+    assert [c.claim.startswith(listed) for c, (listed, _) in zip(claims, fedgpa.CLAIM_TABLES)] == [True] * 9
 
 
 def test_fedpcl_claims_against_hand_made_results():
