@@ -36,6 +36,20 @@ def _stamp(source: Path, params: dict) -> str:
     return h.hexdigest()[:16]
 
 
+MANIFEST_BYTES = 1_000_000   # a manifest lists notebooks and parameters: a few kB
+
+
+class NoAliasLoader(yaml.SafeLoader):
+    """YAML without anchors and aliases: nested aliases expand a small file into billions of values."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise yaml.composer.ComposerError(None, None, f"an alias (*{event.anchor}) at line "
+                                                          f"{event.start_mark.line + 1}", event.start_mark)
+        return super().compose_node(parent, index)
+
+
 def read_manifest(manifest_path: str) -> dict:
     """The manifest, checked: a YAML mapping with ``build`` (configuration names) and ``chapters`` (each a
     ``notebook`` path and ``configurations``: name -> {output, parameters}); anything else is one ConfigError
@@ -46,9 +60,15 @@ def read_manifest(manifest_path: str) -> dict:
     if not path.is_file():
         raise ConfigError("manifest", manifest_path, f"{shape} ({'a folder' if path.is_dir() else 'no such file'})")
     try:
-        manifest = yaml.safe_load(path.read_text())
+        text = path.read_text()
+        if len(text) > MANIFEST_BYTES:
+            raise ConfigError("manifest", manifest_path, f"a manifest of at most {MANIFEST_BYTES:,} bytes (it holds "
+                                                         f"{len(text):,})")
+        manifest = yaml.load(text, Loader=NoAliasLoader)
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError("manifest", manifest_path, f"a readable file ({exc})") from None
+    except yaml.composer.ComposerError as exc:
+        raise ConfigError("manifest", manifest_path, f"YAML without anchors and aliases ({exc.problem})") from None
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" (line {where.line + 1}: {getattr(exc, 'problem', '')})" if where else ""

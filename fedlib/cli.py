@@ -197,13 +197,16 @@ def cmd_run(args) -> int:
           f"(rounds {configs[0].rounds}, E {configs[0].local_epochs}), seeds {args.seeds}; "
           "last-round values, mean ± std over seeds")
     print(results_table(rows))
-    if args.out:
+    if args.out:   # a complete file replaces an existing one, or nothing changes
+        from pathlib import Path
+
+        from fedlib.experiment import atomic_json
+
         try:
-            with open(args.out, "w") as f:
-                json.dump(records, f, indent=1)
-        except OSError as exc:
-            raise StorageFailed(f"--out {args.out} could not be written ({exc.strerror or exc}); every run's record "
-                                "is in the cache: the same command again writes it without training") from None
+            atomic_json(Path(args.out), records)
+        except StorageFailed:
+            raise StorageFailed(f"--out {args.out} could not be written; every run's record is in the cache: the "
+                                "same command again writes it without training") from None
     return 0
 
 
@@ -316,7 +319,7 @@ def cmd_tune(args) -> int:
         check(chapter in known, "chapter", chapter, f"a chapter with a TUNING reference run: {', '.join(known)}")
     grid = tuning.GRID if args.lrs is None else tuple(args.lrs)
     for lr in grid:
-        check(math.isfinite(lr) and 0 < lr <= 10, "--lrs", lr, "learning rates above 0 and at most 10")
+        check(math.isfinite(lr) and 1e-6 <= lr <= 10, "--lrs", lr, "learning rates in [1e-6, 10]")
     for chapter in args.chapters:
         print(f"{chapter}: {tuning.summary(tuning.tune(chapter, grid))}")
     return 0
@@ -341,6 +344,9 @@ def book_builder():
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
+        from fedlib.experiment.config import check_environment
+
+        check_environment()
         if args.command == "list":
             cmd_list()
             return 0

@@ -95,14 +95,20 @@ def current_key(config: dict) -> tuple[str | None, str]:
         return None, str(exc)
 
 
+MAX_RECORD_BYTES = 20_000_000   # a committed record is tens of kB (no checkpoints; first and last weights only)
+
+
 def read(path: Path) -> tuple[dict | None, str]:
     """(the record at ``path``, "") or (None, why it cannot be read): truncated JSON, not a record, wrong types."""
     from fedlib.experiment.records import record_problem
 
     try:
+        size = path.stat().st_size
+        if size > MAX_RECORD_BYTES:
+            return None, f"{size:,} bytes, more than a record's {MAX_RECORD_BYTES:,}"
         record = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        return None, f"unreadable ({exc})"
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        return None, f"unreadable ({type(exc).__name__}: {str(exc)[:120]})"
     problem = record_problem(record)
     return (None, problem) if problem else (record, "")
 
@@ -119,6 +125,9 @@ def load(chapter: str, root: Path = RESULTS) -> list[Stored]:
     out = []
     for path in sorted((Path(root) / chapter).glob("*.json")):
         record, problem = read(path)
+        if record is not None and record["key"] != path.stem:   # served under another config's name
+            problem = f"its key {record['key']!r} is not its file name"
+            record = None
         if record is None:
             if path not in DAMAGED:
                 print(f"fedlib: result record {path} is damaged: {problem}; left out (counted as missing)",

@@ -24,7 +24,8 @@ FAULT_TESTS = ("test_a_write_failing_mid_run_ends_in_one_line_and_the_run_resume
                "test_a_damaged_result_record_is_named_and_counted_as_missing",
                "test_a_damaged_cached_record_is_moved_aside_and_recomputed",
                "test_a_damaged_checkpoint_is_moved_aside_and_the_run_starts_again",
-               "test_server_side_divergence_stops_the_run_with_one_line")
+               "test_server_side_divergence_stops_the_run_with_one_line",
+               "test_folder_variables_are_checked_like_config_fields")
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -282,10 +282,34 @@ def test_records_of_a_grid_seed_only_queue_that_seed():
     assert {c.seed for c in recording_order(fedgpa.tables("paper"), [7])} == {7}
 
 
-@pytest.mark.parametrize("damage", ["truncate", "history is text", "not an object"])
+def _hostile(text: str, damage: str, other_key: str) -> str:
+    record = json.loads(text)
+    last = dict(record["history"][-1])
+    return {
+        "truncate": lambda: text[:1000], "history is text": lambda: json.dumps({**record, "history": "x"}),
+        "not an object": lambda: "[1, 2]",
+        # hostile: another config's record under this config's file name, a NaN accuracy shown as 'nan (n=1)',
+        # a final row that is not the last evaluated one, JSON nested past Python's recursion limit
+        "another key": lambda: json.dumps({**record, "key": other_key}),
+        "nan accuracy": lambda: json.dumps({**record, "history": [*record["history"][:-1],
+                                                                   {**last, "personal_local_acc": float("nan")}],
+                                            "final": {**last, "personal_local_acc": float("nan")}}),
+        "accuracy 99.99": lambda: json.dumps({**record, "history": [*record["history"][:-1],
+                                                                     {**last, "personal_local_acc": 99.99}],
+                                              "final": {**last, "personal_local_acc": 99.99}}),
+        "final not last": lambda: json.dumps({**record, "final": {**last, "personal_local_acc": 0.9999}}),
+        "nested": lambda: "[" * 100_000 + "]" * 100_000,
+    }[damage]()
+
+
+DAMAGES = ["truncate", "history is text", "not an object", "another key", "nan accuracy", "accuracy 99.99",
+           "final not last", "nested"]
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
 def test_a_damaged_result_record_is_named_and_counted_as_missing(tmp_path, damage, capsys):
-    """One damaged file under results/ is named on stderr and left out; the others load; ``lookup`` says
-    missing for its config, so the book shows the cell as missing instead of training it."""
+    """One damaged (or hostile) file under results/ is named on stderr and left out; the others load; ``lookup``
+    says missing for its config, so the book shows the cell as missing instead of training it."""
     from fedlib import results
 
     cfgs = [make_config(method="fedavg", **DIGITS, seed=s) for s in (0, 1)]
@@ -293,8 +317,7 @@ def test_a_damaged_result_record_is_named_and_counted_as_missing(tmp_path, damag
         results.write(run(cfg, cache_dir=None, progress=False), "demo", tmp_path)
     path = results.path_of("demo", cfgs[0].key(), tmp_path)
     text = path.read_text()
-    path.write_text({"truncate": text[:1000], "history is text": json.dumps({**json.loads(text), "history": "x"}),
-                     "not an object": "[1, 2]"}[damage])
+    path.write_text(_hostile(text, damage, cfgs[1].key()))
     stored = results.load("demo", tmp_path)
     assert [s.record["key"] for s in stored] == [cfgs[1].key()]
     assert f"result record {path} is damaged" in capsys.readouterr().err
@@ -390,7 +413,7 @@ def full_disk(monkeypatch, matches, after: int = 0):
         return real(file, mode, *args, **kwargs)
 
     def fake_write_text(path, *args, **kwargs):
-        if matches in str(path) and "out.json" not in str(path):
+        if matches in str(path) and (matches == "out.json" or "out.json" not in str(path)):
             seen["n"] += 1
             if seen["n"] > after:
                 raise OSError(errno.ENOSPC, "No space left on device", str(path))
@@ -423,6 +446,8 @@ def test_a_write_failing_mid_run_ends_in_one_line_and_the_run_resumes(target, af
         assert main(args) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and says in err[0], err
+    if target == "out.json":   # the failed --out left no file behind, not a truncated one
+        assert not (tmp_path / "out.json").exists() and not list(tmp_path.glob(".out.json.*"))
     assert main(args) == 0                      # space again: the same command resumes (or reads the record)
     records = json.loads((tmp_path / "out.json").read_text())
     assert len(records) == 1 and len(records[0]["history"]) == 3
@@ -454,3 +479,55 @@ def test_a_config_error_raised_in_a_worker_process_reaches_the_grid_intact(tmp_p
                           log=lines.append, cache_dir=tmp_path / "cache")
     assert (summary["done"], summary["failed"]) == (1, 1)
     assert any("global_test_size=100000 is not allowed: at most the 540 test samples" in line for line in lines), lines
+
+
+@pytest.mark.parametrize("name, value, says", [
+    ("FEDLIB_CACHE", "", "FEDLIB_CACHE='' is not allowed: a folder for the result cache (or unset, for the default)"),
+    ("FEDLIB_RESULTS", "", "FEDLIB_RESULTS='' is not allowed: a folder for the committed records"),
+    ("FEDLIB_RESULTS", "FILE", "is not allowed: a folder for the committed records, not a file"),
+    ("FEDLIB_DATA", "FILE", "is not allowed: a folder for the datasets, not a file"),
+])
+def test_folder_variables_are_checked_like_config_fields(name, value, says, tmp_path, monkeypatch, capsys,
+                                                         no_training):
+    if value == "FILE":
+        value = str(tmp_path / "a-file")
+        (tmp_path / "a-file").write_text("x")
+    monkeypatch.setenv(name, value)
+    for argv in ([*BASE, "--cache", str(tmp_path / "c")], ["records", "fedgpa", "--deadline", "1e-9"]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+    assert not list(tmp_path.glob("*.json"))
+
+
+def test_worker_counts_are_bounded_by_cores_work_and_memory(capsys, monkeypatch):
+    """12 workers for 2 clients on this machine: at most the clients and the cores, said in one line; with the
+    memory of one worker free, one."""
+    import os
+
+    from fedlib.engine import workers
+
+    cores = len(os.sched_getaffinity(0))
+    assert workers.bounded_workers(12, 2) == min(2, cores)
+    assert "12 worker processes asked for" in capsys.readouterr().err
+    assert workers.bounded_workers(1, 100) == 1 and capsys.readouterr().err == ""
+    monkeypatch.setattr(workers, "available_memory", lambda: workers.WORKER_BYTES + 1)
+    assert workers.bounded_workers(8, 8) == 1
+    assert "GiB free" in capsys.readouterr().err
+
+
+def test_an_infeasible_dirichlet_is_refused_not_retried_forever():
+    labels = np.repeat(np.arange(10), 20)
+    with pytest.raises(ConfigError, match=r"max_tries=1000000000 is not allowed: a number of Dirichlet draws in "
+                                          r"\[1, 10000\]"):
+        dirichlet(labels, 19, np.random.default_rng(0), alpha=0.01, min_size=10, max_tries=10**9)
+
+
+def test_an_existing_out_file_is_replaced_only_by_a_complete_one(tmp_path, capsys):
+    out = tmp_path / "out.json"
+    out.write_text('["earlier results"]')
+    args = [*BASE, "--cache", str(tmp_path / "cache"), "--out", str(out)]
+    assert main([*args, "--set", "rounds=abc"]) == 2          # refused: the old file is untouched
+    assert json.loads(out.read_text()) == ["earlier results"]
+    assert main(args) == 0
+    assert json.loads(out.read_text())[0]["config"]["dataset"] == "digits"

@@ -44,6 +44,29 @@ def test_tune_refuses_unknown_chapters_and_bad_rates_in_one_line(capsys):
     assert main(["tune", "fedavg"]) == 2
     assert "chapter='fedavg' is not allowed" in capsys.readouterr().err
     assert main(["tune", "fedmate", "--lrs", "-1"]) == 2
-    assert "--lrs=-1.0 is not allowed: learning rates above 0" in capsys.readouterr().err
+    assert "--lrs=-1.0 is not allowed: learning rates in [1e-6, 10]" in capsys.readouterr().err
+    assert main(["tune", "fedmate", "--lrs", "1e-320"]) == 2
+    assert "--lrs=1e-320 is not allowed: learning rates in [1e-6, 10]" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["tune"])
+
+
+@pytest.mark.parametrize("content", ["{trunc", "[]", '{"chosen": "abc", "scores": {}}', '{"chosen": -1, "scores": {}}'])
+def test_a_damaged_tuning_record_is_one_line_naming_the_file_and_the_restore(tmp_path, content):
+    from fedlib.errors import ConfigError
+    from fedlib.studies import tuning
+
+    (tmp_path / "fedmate.json").write_text(content)
+    with pytest.raises(ConfigError, match=r"tuning record .*fedmate.json.*git checkout fedmate.json.*fedlib tune "
+                                          r"fedmate"):
+        tuning.read("fedmate", tmp_path)
+
+
+def test_tune_writes_nothing_when_no_rate_trains_above_twice_chance(tmp_path, monkeypatch):
+    from fedlib.errors import ConfigError
+    from fedlib.studies import tuning
+
+    monkeypatch.setattr("fedlib.experiment.runner.run", lambda cfg, progress=True: {"final": {"a_loc": 0.11}})
+    with pytest.raises(ConfigError, match=r"above twice chance \(the best, 0.01, reached 11.0%: nothing is written"):
+        tuning.tune("fedprp", grid=(0.01, 0.02), root=tmp_path, progress=False)
+    assert not list(tmp_path.iterdir())

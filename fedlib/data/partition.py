@@ -42,6 +42,9 @@ def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[
     return [np.sort(part) for part in np.array_split(rng.permutation(len(labels)), num_clients)]
 
 
+MAX_TRIES = 10_000   # Dirichlet redraws: beyond this an infeasible min_size would spin for hours
+
+
 def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, alpha: float,
               min_size: int = 10, max_tries: int = 200) -> list[np.ndarray]:
     """Label skew: each class is split over clients with proportions ~ Dir(alpha).
@@ -52,6 +55,8 @@ def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, al
     """
     check(alpha > 0, "alpha", alpha, "a positive number (smaller is more skewed)")
     check(min_size >= 0, "min_size", min_size, "a non-negative integer")
+    check(1 <= max_tries <= MAX_TRIES, "max_tries", max_tries,
+          f"a number of Dirichlet draws in [1, {MAX_TRIES}] (each draw costs a pass over the labels)")
     check(min_size * num_clients <= len(labels), "min_size", min_size,
           f"at most {len(labels) // num_clients} for {num_clients} clients and {len(labels)} samples")
     classes = np.unique(labels)

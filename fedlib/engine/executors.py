@@ -24,7 +24,7 @@ from fedlib.engine.batched import BatchedTrainer
 from fedlib.engine.client import ClientResult, ClientTask, Setup, begin, finish, local_update
 from fedlib.engine.core import ClientContext
 from fedlib.engine.training import Trainer, diverged
-from fedlib.engine.workers import POOLS, start_pool, worker_process_setup
+from fedlib.engine.workers import POOLS, bounded_workers, start_pool, worker_process_setup
 from fedlib.errors import ConfigError, TrainingDiverged
 
 EXECUTORS = ("sequential", "process", "batched")
@@ -198,7 +198,8 @@ class ProcessExecutor:
             raise ConfigError("executor", "process", "'sequential' or 'batched' on a CUDA device "
                               "(worker processes train on the CPU)")
         self.setup, self.trainer = setup, trainer
-        self.workers = workers or os.cpu_count() or 1
+        self.workers = bounded_workers(workers or os.cpu_count() or 1, len(setup.train_idx),
+                                       "worker processes of the 'process' executor")
 
     def _pool(self, method) -> ProcessPoolExecutor:
         t = self.trainer

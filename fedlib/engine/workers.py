@@ -64,6 +64,35 @@ def _ready() -> bool:
     return True
 
 
+# resident memory of one worker process (PyTorch, the dataset in shared memory, a model, its batches): measured
+# on the CPU at about 0.75 GB; a worker needs this much free before it is started
+WORKER_BYTES = int(0.75 * 2**30)
+
+
+def available_memory() -> int:
+    """Bytes the kernel can still hand out (MemAvailable), or the physical memory where it does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            info = {line.split(":")[0]: line.split()[1] for line in f}
+        return int(info["MemAvailable"]) * 1024
+    except (OSError, KeyError, ValueError, IndexError):
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def bounded_workers(requested: int, work: int, what: str = "worker processes") -> int:
+    """How many worker processes to start for ``work`` tasks (clients of a round, runs of a grid): at most
+    ``requested``, the cores this process may use, the tasks, and what free memory holds at ``WORKER_BYTES``
+    each; a cut below ``requested`` is said in one line on stderr with the figures."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    free = available_memory()
+    fit = max(1, free // WORKER_BYTES)
+    n = max(1, min(requested, cores, max(work, 1), fit))
+    if n < requested:
+        print(f"fedlib: {requested} {what} asked for, {n} started ({cores} cores, {work} task(s) to share, "
+              f"{free / 2**30:.1f} GiB free at about {WORKER_BYTES / 2**30:.2f} GiB each)", file=sys.stderr)
+    return n
+
+
 def start_pool(workers: int, initializer: Callable, initargs: tuple = (), hide_main: bool = True,
                what: str = "worker processes") -> ProcessPoolExecutor:
     """A pool of ``workers`` spawned processes, every one started (and its initializer run) before it returns."""

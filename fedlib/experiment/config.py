@@ -183,6 +183,22 @@ def make_config(**kwargs) -> Config:
     return Config(**kwargs, **{name: GROUPS[name](**values) for name, values in groups.items()})
 
 
+# folders the environment may move: variable -> what it holds
+ENV_FOLDERS = {"FEDLIB_CACHE": "the result cache", "FEDLIB_RESULTS": "the committed records",
+               "FEDLIB_DATA": "the datasets"}
+
+
+def check_environment() -> None:
+    """The folder variables fedlib reads, checked like config fields: set but empty, or naming a file, is refused
+    in one line (an empty FEDLIB_CACHE would write records into the current folder)."""
+    for name, what in ENV_FOLDERS.items():
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        check(value.strip() != "", name, value, f"a folder for {what} (or unset, for the default)")
+        check(not Path(value).exists() or Path(value).is_dir(), name, value, f"a folder for {what}, not a file")
+
+
 def check_precision(precision: str, device: str) -> None:
     """A precision the device computes natively: bf16 on a CPU with AVX512-BF16 or AMX (PyTorch emulates it
     elsewhere, slower than fp32) or a CUDA device that supports it; tf32 on CUDA only."""
@@ -208,6 +224,7 @@ def validate(cfg: Config) -> None:
     from fedlib.methods import METHODS, make_method
     from fedlib.models import MODELS
 
+    check_environment()
     check_fields(cfg)   # every field has its declared type: integers, finite numbers, strings, mappings
     for group in GROUPS:   # the groups' fields, named as the user gives them
         check_fields(getattr(cfg, group), names={name: flat for flat, (g, name) in FLAT_NAMES.items() if g == group})

@@ -99,6 +99,11 @@ def record_problem(record) -> str | None:
         text = [k for k, v in row.items() if k.endswith(("_acc", "_loss")) and not (number(v) or v is None)]
         if text:
             return f"row {i} of its 'history' has {text[0]!r} = {row[text[0]]!r}, not a number"
+        odd = [k for k, v in row.items() if k.endswith("_acc") and number(v) and not 0 <= v <= 1]
+        if odd:   # NaN fails the comparison too
+            return f"row {i} of its 'history' has {odd[0]!r} = {row[odd[0]]!r}, not an accuracy in [0, 1]"
+    if record["final"] != record["history"][-1]:
+        return "its 'final' is not its last 'history' row"
     if "wall_time_s" in record and not number(record["wall_time_s"]):
         return f"its 'wall_time_s' is {record['wall_time_s']!r}, not a number"
     return None
@@ -116,7 +121,7 @@ def read_cached_record(path: Path) -> dict | None:
         if (problem := record_problem(record)) is not None:
             raise ValueError(f"it is not a finished run's record: {problem}")
         return record
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         moved = set_aside(path)
         print(f"fedlib: cached record {path} could not be read ({exc}); moved to {moved.name}; recomputing",
               file=sys.stderr)

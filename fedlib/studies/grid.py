@@ -246,7 +246,7 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
     from concurrent.futures import FIRST_COMPLETED, wait
 
     from fedlib import results
-    from fedlib.engine.workers import single_threaded_run_worker, start_pool, stop_pool
+    from fedlib.engine.workers import bounded_workers, single_threaded_run_worker, start_pool, stop_pool
     from fedlib.experiment import DEFAULT_CACHE, lockstep_groups, validate
     from fedlib.experiment.records import pin_code_version
 
@@ -264,6 +264,7 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
     log(f"{chapter} at scale {scale}: {len(configs)} configs, {len(configs) - len(todo)} already recorded, "
         f"{len(todo)} to run on {device} ({executor}, {len(jobs)} job(s)) with {workers} worker(s)")
     counts = {"done": 0, "failed": 0, "left": 0}
+    workers = bounded_workers(workers, len(jobs), "records' worker processes")
     pool = start_pool(workers, single_threaded_run_worker, what="records' worker processes")
     running: dict = {}
     queue = list(jobs)

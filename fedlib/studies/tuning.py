@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 GRID = (0.01, 0.03, 0.05, 0.1)
+CHANCE = 0.1   # every tuned chapter's data has 10 classes
 
 
 def _root() -> Path:
@@ -63,22 +64,43 @@ def tune(chapter: str, grid=GRID, root: Path | None = None, progress: bool = Tru
     if not done:
         raise ConfigError("grid", list(grid), "at least one learning rate whose run does not diverge")
     chosen = max(sorted(done, key=float), key=lambda lr: done[lr])   # max keeps the first (smallest) of ties
+    if done[chosen] < 2 * CHANCE:
+        raise ConfigError("grid", list(grid), f"a grid with a rate that trains the reference run above twice chance "
+                                              f"(the best, {chosen}, reached {100 * done[chosen]:.1f}%: nothing is "
+                                              "written)")
     cfg, metric = reference_config(chapter, float(chosen))
     study = importlib.import_module(f"fedlib.studies.{chapter}")
     answer = {"chapter": chapter, "method": study.TUNING["method"], "metric": metric,
               "dataset": cfg.dataset, "batch_size": cfg.batch_size, "rounds": cfg.rounds,
               "scores": scores, "chosen": float(chosen), "code_version": code_version(),
               "finished_at": datetime.now(UTC).isoformat(timespec="seconds")}
-    folder = root or _root()
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"{chapter}.json").write_text(json.dumps(answer, indent=1) + "\n")
+    from fedlib.experiment import atomic_json
+
+    atomic_json((root or _root()) / f"{chapter}.json", answer)
     return answer
 
 
 def read(chapter: str, root: Path | None = None) -> dict | None:
-    """The committed choice of ``chapter`` (None when it was never tuned)."""
+    """The committed choice of ``chapter`` (None when it was never tuned); a damaged file is one ConfigError
+    naming it and how to restore it."""
+    import math
+
+    from fedlib.errors import ConfigError
+
     path = (root or _root()) / f"{chapter}.json"
-    return json.loads(path.read_text()) if path.exists() else None
+    if not path.exists():
+        return None
+    try:
+        answer = json.loads(path.read_text())
+        chosen = answer["chosen"]
+        ok = isinstance(answer, dict) and isinstance(chosen, (int, float)) and math.isfinite(chosen) and chosen > 0 \
+            and isinstance(answer["scores"], dict)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
+        ok, chosen = False, f"{type(exc).__name__}: {str(exc)[:80]}"
+    if not ok:
+        raise ConfigError(f"tuning record {path}", chosen, "a tuning record with a positive 'chosen' rate and its "
+                          f"'scores': restore it (git checkout {path.name}) or run `python -m fedlib tune {chapter}`")
+    return answer
 
 
 def summary(answer: dict) -> str:
