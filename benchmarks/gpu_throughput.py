@@ -23,7 +23,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
-from round_speed import cpu_peak, gpu_peak
+from round_speed import cpu_peak, gpu_peak, sgemm_rate
 
 from fedlib.engine.executors import Cohort, train_cohorts
 from fedlib.experiment import build, load_data, lockstep_key
@@ -88,7 +88,7 @@ def measure(mode: str, configs: list, rounds: int, device: str) -> tuple[float, 
         if mode != "lockstep":
             return BatchedExecutor(setup, trainer) if mode == "batched" else None
         shared.setdefault("batched", BatchedTrainer(trainer.model, trainer.x, trainer.y, trainer.batch_size,
-                                                    trainer.optimizer))
+                                                    trainer.optimizer, precision=trainer.precision))
         return BatchedExecutor(setup, trainer, batched=shared["batched"])
 
     feds = [build(dataclasses.replace(c, executor="sequential" if mode == "sequential" else "batched"),
@@ -159,7 +159,10 @@ def main():
     ap.add_argument("--scale", default="paper", help="the grids to project: paper | reference")
     ap.add_argument("--processes", type=int, default=None,
                     help="project for this many single-threaded runs at once (the CPU records so)")
+    ap.add_argument("--precisions", nargs="+", default=["fp32", "tf32", "bf16"],
+                    help="each mode in each precision the device computes natively (the projection uses fp32's)")
     args = ap.parse_args()
+    from fedlib.engine.training import computes_natively, step_scope
     cuda = args.device.startswith("cuda")
     groups = args.groups or ([6, 18, 60] if cuda else [2, 4])
     epochs = args.epochs or (5 if cuda else 1)
@@ -175,21 +178,33 @@ def main():
     plan = [(m, 1) for m in args.modes if m != "lockstep"] + [
         ("lockstep", g) for g in groups if "lockstep" in args.modes
     ]
-    reference, best = None, 0.0
-    eval_s = None
-    for mode, n in plan:
-        dt, samples, eval_s = measure(mode, group_configs(n, epochs, args.device), args.rounds, args.device)
-        speed = samples / dt
-        best = max(best, speed * per_sample)
-        reference = reference or (speed if mode == "sequential" else None)
-        ratio = f"{speed / reference:6.1f}x sequential" if reference else "-"
-        label = f"{mode} ({n} run{'s' if n > 1 else ''})"
-        print(f"{label:22s} {dt:8.2f} s per round  {speed:11,.0f} samples/s  {rate(speed * per_sample):>13s} = "
-              f"{100 * speed * per_sample / peak:5.1f}% of peak  {ratio}", flush=True)
+    precisions = [p for p in args.precisions if computes_natively(p, args.device)]
+    skipped = sorted(set(args.precisions) - set(precisions))
+    if skipped:
+        print(f"not measured: {', '.join(skipped)} ({args.device} does not compute them natively)")
+    best, eval_s = 0.0, None
+    for precision in precisions:
+        around_phase, _ = step_scope(precision, args.device.split(":")[0])
+        with around_phase:   # tf32 matrix products for the reference product too
+            gemm = sgemm_rate(args.device, torch.bfloat16 if precision == "bf16" else torch.float32)
+        print(f"{precision}: a 2048^3 matrix product runs at {rate(gemm)} now")
+        reference = None
+        for mode, n in plan:
+            configs = [dataclasses.replace(c, precision=precision) for c in group_configs(n, epochs, args.device)]
+            dt, samples, eval_s = measure(mode, configs, args.rounds, args.device)
+            speed = samples / dt
+            if precision == "fp32":
+                best = max(best, speed * per_sample)
+            reference = reference or (speed if mode == "sequential" else None)
+            ratio = f"{speed / reference:6.1f}x sequential" if reference else "-"
+            label = f"{precision} {mode} ({n} run{'s' if n > 1 else ''})"
+            print(f"{label:27s} {dt:8.2f} s per round  {speed:11,.0f} samples/s  {rate(speed * per_sample):>13s} = "
+                  f"{100 * speed * per_sample / peak:5.1f}% of FP32 peak, {100 * speed * per_sample / gemm:5.1f}% of "
+                  f"the {precision} matrix product  {ratio}", flush=True)
     print(f"one evaluation of one run: {eval_s:.2f} s")
     if args.no_projection:
         return
-    how = "the best rate above"
+    how = "the best fp32 rate above"
     if args.processes:
         threads = torch.get_num_threads()
         torch.set_num_threads(1)

@@ -6,8 +6,12 @@ machine's peak (cores x clock x FLOP per cycle from the CPU's vector units, or t
 rate), and the ratio to the sequential executor. The training FLOPs per sample are counted by
 torch.utils.flop_counter on one forward + backward pass of the model.
 
+Each executor runs in every precision of ``--precisions`` (fp32; bf16: autocast of forward and loss with fp32
+weights, where the processor computes bf16: AVX512-BF16 or AMX, or a CUDA device), beside the rate of a large
+matrix product in the same precision.
+
 Usage: python benchmarks/round_speed.py [--executors sequential process batched] [--epochs 5]
-       [--samples 52000] [--device cpu|cuda] [--rounds 1]
+       [--samples 52000] [--device cpu|cuda] [--rounds 1] [--precisions fp32 bf16]
 """
 import argparse
 import os
@@ -45,11 +49,11 @@ def gpu_peak(device: str) -> tuple[float, str]:
     return float("nan"), f"{name}: peak unknown"
 
 
-def sgemm_rate(device: str) -> float:
-    """FLOP/s of a large single-precision matrix product now, a reference for how fast this machine
+def sgemm_rate(device: str, dtype=torch.float32) -> float:
+    """FLOP/s of a large matrix product (single precision by default) now, a reference for how fast this machine
     runs today (the VM's speed drifts by tens of percent over an hour)."""
-    a = torch.randn(2048, 2048, device=device)
-    b = torch.randn(2048, 2048, device=device)
+    a = torch.randn(2048, 2048, device=device, dtype=dtype)
+    b = torch.randn(2048, 2048, device=device, dtype=dtype)
     for _ in range(3):
         a @ b
     best = float("inf")
@@ -85,7 +89,14 @@ def main():
     ap.add_argument("--samples", type=int, default=52_000)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
     args = ap.parse_args()
+    from fedlib.engine.training import computes_natively
+
+    precisions = [p for p in args.precisions if computes_natively(p, args.device)]
+    for p in sorted(set(args.precisions) - set(precisions)):
+        print(f"{p}: not measured: {args.device} does not compute it natively (fedlib refuses precision={p!r} "
+              "there)")
     seed_everything(0)
     full = load_dataset("mnist")
     keep = torch.randperm(len(full.train_y), generator=torch.Generator().manual_seed(0))[: args.samples]
@@ -100,15 +111,17 @@ def main():
     print(f"device {args.device}, torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"{int(fed.sizes.sum())} samples over 20 clients (sizes {int(fed.sizes.min())}-{int(fed.sizes.max())}), "
           f"{steps} SGD steps and {samples} samples per round")
+    gemm = {p: sgemm_rate(args.device, torch.bfloat16 if p == "bf16" else torch.float32) for p in precisions}
     print(f"training work {flops / 1e6:.1f} MFLOP per sample, {flops * samples / 1e12:.2f} TFLOP per round; "
           f"peak {peak / 1e9:.0f} GFLOP/s ({peak_how}), floor {flops * samples / peak:.1f} s per round; "
-          f"a 2048^3 SGEMM runs at {sgemm_rate(args.device) / 1e9:.0f} GFLOP/s now")
+          "a 2048^3 matrix product runs at " + ", ".join(f"{g / 1e9:.0f} GFLOP/s in {p}" for p, g in gemm.items())
+          + " now")
     reference = None
-    for executor in args.executors:
+    for executor, precision in [(e, p) for p in precisions for e in args.executors]:
         federation = Federation(fed, build_model("cnn_fedavg", data.input_shape, 10).to(args.device),
                                 make_method("fedavg"), seed=0, rounds=args.rounds,
-                                training=LocalTraining(args.epochs, batch_size=50, lr=0.01), progress=False,
-                                executor=executor,
+                                training=LocalTraining(args.epochs, batch_size=50, lr=0.01, precision=precision),
+                                progress=False, executor=executor,
                                 executor_options={"workers": args.workers})
         federation.executor.run(federation.method, [])  # start worker processes outside the timing
         times = []
@@ -121,8 +134,9 @@ def main():
         dt = min(times)
         reference = reference or (dt if executor == "sequential" else None)
         ratio = f"{reference / dt:.2f}x sequential" if reference else "-"
-        print(f"{executor:10s} {dt:7.1f} s per round  {samples / dt:8.0f} samples/s  "
-              f"{flops * samples / dt / 1e9:6.1f} GFLOP/s = {100 * flops * samples / dt / peak:4.1f}% of peak  {ratio}")
+        print(f"{precision} {executor:10s} {dt:7.1f} s per round  {samples / dt:8.0f} samples/s  "
+              f"{flops * samples / dt / 1e9:6.1f} GFLOP/s = {100 * flops * samples / dt / peak:4.1f}% of peak, "
+              f"{100 * flops * samples / dt / gemm[precision]:4.1f}% of the {precision} matrix product  {ratio}")
 
 
 if __name__ == "__main__":

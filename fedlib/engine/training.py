@@ -72,6 +72,17 @@ def cpu_has_bf16() -> bool:
     return bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
+def computes_natively(precision: str, device: str) -> bool:
+    """Whether ``device`` ("cpu", "cuda[:n]") computes ``precision`` in hardware (fp32 always; tf32 on CUDA; bf16 on a
+    CPU with bf16 instructions or a CUDA device that supports it)."""
+    cuda = device.startswith("cuda")
+    if precision == "tf32":
+        return cuda
+    if precision == "bf16":
+        return (cuda and torch.cuda.is_available() and torch.cuda.is_bf16_supported()) or (not cuda and cpu_has_bf16())
+    return True
+
+
 @contextlib.contextmanager
 def tf32_matmuls():
     matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
