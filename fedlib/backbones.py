@@ -150,7 +150,7 @@ def extract(name: str, images: torch.Tensor, cache_dir: Path | None = None, chun
 
                 return serial.load(path)
             except Exception as exc:  # truncated by a crash: set aside and recompute
-                from fedlib.engine.loop import set_aside
+                from fedlib.store import set_aside
 
                 moved = set_aside(path)
                 print(f"fedlib: cached features {path} could not be read ({type(exc).__name__}); moved to "
@@ -159,7 +159,7 @@ def extract(name: str, images: torch.Tensor, cache_dir: Path | None = None, chun
     feats = torch.cat([net(spec.prepare(images[i:i + chunk], input_size)) for i in range(0, len(images), chunk)])
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        from fedlib.engine.loop import atomic_save
+        from fedlib.store import atomic_save
 
         atomic_save(feats, path)
     return feats

@@ -57,15 +57,13 @@ def path_of(chapter: str, key: str, root: Path = RESULTS) -> Path:
 
 def write(record: dict, chapter: str, root: Path = RESULTS) -> Path:
     from fedlib.errors import StorageFailed
+    from fedlib.store import atomic_text
 
     path = path_of(chapter, record["key"], root)
-    tmp = path.with_name(f"{path.stem}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(slim(record), sort_keys=True, separators=(",", ":")) + "\n")
-        os.replace(tmp, path)
+        atomic_text(path, json.dumps(slim(record), sort_keys=True, separators=(",", ":")) + "\n")
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise StorageFailed(f"result record {path} could not be written ({exc.strerror or exc}); the run's record "
                             "stays in the cache: run `records` again to write it without training") from None
     return path

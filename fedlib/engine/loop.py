@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-import uuid
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from fedlib.engine.protocol import EvaluationPlan, LocalTraining, Participation,
 from fedlib.engine.training import OptimizerSpec, Trainer
 from fedlib.errors import StorageFailed, TrainingDiverged
 from fedlib.models import SplitModel
+from fedlib.store import atomic_save, save_tree, set_aside
 
 
 def validation_split(train_idx, fraction: float, seed: int) -> tuple[tuple, tuple | None]:
@@ -248,7 +248,7 @@ class Federation:
         replaced = []
         for i in changed:
             name = f"c{i}-r{done}.pt"
-            save_to({"model": self.clients[i].model, "state": self.clients[i].state}, shards / name)
+            save_tree({"model": self.clients[i].model, "state": self.clients[i].state}, shards / name)
             if i in self._client_files and self._client_files[i] != name:
                 replaced.append(self._client_files[i])
             self._client_files[i] = name
@@ -286,37 +286,6 @@ class Federation:
 
 def shard_folder(checkpoint: Path) -> Path:
     return checkpoint.with_name(checkpoint.name + ".d")
-
-
-def atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """``write(tmp)`` to a temporary file unique to this process, then rename it to ``path`` atomically."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def save_to(obj, path: Path) -> None:
-    """``obj`` as a ``fedlib.serial`` file (a JSON tree and tensors: read back without unpickling anything),
-    written through a Python file, so that a full disk or a read-only folder is an ``OSError`` naming the file
-    (PyTorch's own writer reports them as RuntimeError)."""
-    with open(path, "wb") as f:
-        serial.save(obj, f)
-
-
-def atomic_save(obj, path: Path) -> None:
-    """``save_to`` through ``atomic_write``."""
-    atomic_write(path, lambda tmp: save_to(obj, tmp))
-
-
-def set_aside(path: Path) -> Path:
-    """Rename an unreadable cache entry to ``<name>.corrupt-<time>`` (kept for inspection)."""
-    target = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
-    if path.exists():
-        os.replace(path, target)
-    return target
 
 
 def remove_checkpoint(checkpoint: Path) -> None:

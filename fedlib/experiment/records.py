@@ -57,19 +57,14 @@ def device_description(device: str) -> str:
 
 
 def atomic_json(path: Path, obj) -> None:
-    """Write JSON through a temporary file unique to this process, then rename it into place; a failed write
-    (full disk, read-only folder) is one ``StorageFailed`` naming the file, and the old file stays as it was."""
-    from fedlib.engine.loop import atomic_write
+    """``store.atomic_json`` with NumPy and tensors as lists; a failed write (full disk, read-only folder) is one
+    ``StorageFailed`` naming the file, and the old file stays as it was."""
+    from fedlib import store
     from fedlib.errors import StorageFailed
-
-    text = json.dumps(obj, indent=1, default=jsonable)
-
-    def write(tmp: Path) -> None:
-        tmp.write_text(text)
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(path, write)
+        store.atomic_json(path, obj, default=jsonable)
     except OSError as exc:
         raise StorageFailed(f"{path} could not be written ({exc.strerror or exc}); the run's last checkpoint is "
                             "kept: free space or make the folder writable and run the same command again to resume "
@@ -112,7 +107,7 @@ def record_problem(record) -> str | None:
 def read_cached_record(path: Path) -> dict | None:
     """A cached record, or None when there is none; an unreadable one (empty, truncated, not a record) is
     named, moved aside and None is returned, so the run recomputes it."""
-    from fedlib.engine.loop import set_aside
+    from fedlib.store import set_aside
 
     if not path.exists():
         return None

@@ -458,8 +458,9 @@ def deployed_server(grid: Grid, context: Context) -> None:
         record["audit"] = {"passed": True, "messages": {f"{d} {k}": n for (d, k), n in sorted(counts.items())}}
         print(f"fedlib: message audit passed ({sum(counts.values())} messages)")
     out = str(context.run_config.get("out", "") or "fedlib-flower-record.json")
-    with open(out, "w") as f:
-        json.dump(record, f, indent=1, default=str)
+    from fedlib.store import atomic_json
+
+    atomic_json(Path(out), record)
     traffic, rounds = fed.executor.traffic, max(len(fed.history), 1)
     print(f"fedlib: record written to {os.path.abspath(out)}; final {record['final']}")
     print(f"fedlib: {fed.elapsed / rounds:.1f} s per round; {traffic['messages'] / rounds:.1f} messages and "
@@ -524,7 +525,7 @@ class PrivateSlots:
         self.context.state[f"{key}.{TENSORS}"] = records.array_records[TENSORS]
         self.context.state[f"{key}.{TREE}"] = records.config_records[TREE]
         if self.folder is not None:
-            from fedlib.engine.loop import atomic_save
+            from fedlib.store import atomic_save
 
             self.folder.mkdir(parents=True, exist_ok=True)
             atomic_save({"model": model, "state": state}, self.folder / f"c{client}-r{trained_in}.pt")
