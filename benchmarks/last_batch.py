@@ -27,7 +27,11 @@ def main():
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--methods", nargs="+", default=["ditto", "fedavg"])
     ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(args.threads)
     print("FMNIST, 20 clients of 61 images (3 dominant classes, s = 10), batch 10, SGD lr 0.05, E = 1, "
           f"{args.rounds} rounds, seeds {args.seeds}")
     for method in args.methods:
