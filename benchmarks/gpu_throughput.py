@@ -119,12 +119,12 @@ def measure(mode: str, configs: list, rounds: int, device: str) -> tuple[float, 
 def grid_work(chapter: str, scale: str = "paper") -> tuple[int, int, float, int]:
     """(runs, evaluations, training FLOPs, training samples) of a chapter's grid at ``scale``: every client's
     share of its run's training set, times the local epochs, times the expected participants per round."""
-    import importlib
 
     from fedlib.data.partition import partition_with_server
     from fedlib.studies.common import recording_order
+    from fedlib.studies.registry import study as chapter_study
 
-    study = importlib.import_module(f"fedlib.studies.{chapter}")
+    study = chapter_study(chapter)
     configs = recording_order(study.tables(scale))
     sizes, flops, loaded = {}, {}, {}
     samples = total = evals = 0
@@ -216,7 +216,9 @@ def main():
     print(f"projection of the {args.scale}-scale grids at {rate(best)} ({how}) plus {eval_s:.2f} s per evaluation "
           f"of a run (training FLOPs scaled from FedGPA's cnn2 to each chapter's models):")
     total = 0.0
-    for chapter in ("fedgpa", "pfedcspc", "fedprp", "fedmate", "fedpcl"):
+    from fedlib.studies.registry import chapters
+
+    for chapter in chapters():
         runs, evals, flops, samples = grid_work(chapter, args.scale)
         seconds = flops / best + evals * eval_s / (args.processes or 1)
         total += seconds

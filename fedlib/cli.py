@@ -277,19 +277,14 @@ def check_distinct(seeds, option: str) -> None:
 
 
 def cmd_records(args) -> int:
-    import importlib
     import math
 
     from fedlib.errors import check
     from fedlib.experiment import RECORDED_SCALES
     from fedlib.studies.common import record_grid, recording_order, set_runtime
+    from fedlib.studies.registry import study as chapter_study
 
-    try:
-        study = importlib.import_module(f"fedlib.studies.{args.chapter}")
-    except ModuleNotFoundError:
-        raise ConfigError("chapter", args.chapter, "a module of fedlib/studies") from None
-    if not hasattr(study, "tables"):
-        raise ConfigError("chapter", args.chapter, "a chapter whose study defines tables(scale)")
+    study = chapter_study(args.chapter)
     check(args.scale in RECORDED_SCALES, "--scale", args.scale, f"one of {', '.join(RECORDED_SCALES)}")
     runtime = set_runtime(args.device, args.executor)
     check_distinct(args.seeds, "--seeds")

@@ -2,6 +2,7 @@
 import pandas as pd
 
 from fedlib.studies.common import ResultsTable, provenance_line, records_in
+from fedlib.studies.registry import chapters
 
 
 def record(seed, dataset="fmnist", model=None, wall=30.0, device="cpu (x86_64)", code="fedlib 0.1.0 (abc1234)", **cfg):
@@ -135,7 +136,7 @@ def test_every_chapter_states_its_settings_against_the_papers_with_a_reason_for_
 
     from fedlib.studies import tuning
 
-    for chapter in ("fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc"):
+    for chapter in chapters():
         study = importlib.import_module(f"fedlib.studies.{chapter}")
         for scale in ("ci", "book", "paper"):
             rows = {r["setting"]: r for r in study.hyperparameters(scale)}

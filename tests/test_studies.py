@@ -161,3 +161,43 @@ def test_convergence_rows_compare_the_reference_endpoint_with_3x_and_the_paper()
     assert row["round 10 (reference)"] == 80.0 and row["round 30 (3x)"] == 85.5 and row["round 150 (paper)"] == 90.0
     assert row["gap 30 - 10"] == 5.5 and row["reference std over seeds"] == pytest.approx(1.63, abs=0.01)
     assert "still moving (beyond 1.63 points)" in fedgpa.convergence_verdict([row])[0]
+
+
+def test_a_chapter_from_outside_the_package_is_registered_and_listed_everywhere(monkeypatch, tmp_path, capsys):
+    """A sixth paper's study module, defined outside fedlib, registers itself; the overview, the records command
+    and the status box list it like the book's own chapters."""
+    import sys
+    import types
+
+    from fedlib import results
+    from fedlib.cli import main
+    from fedlib.studies import fedgpa, overview, registry
+
+    mod = types.ModuleType("mypaper")
+    for name in registry.CONTRACT:
+        setattr(mod, name, getattr(fedgpa, name))
+    monkeypatch.setitem(sys.modules, "mypaper", mod)
+    monkeypatch.setattr(registry, "CHAPTERS", dict(registry.chapters()))
+    registry.register_chapter("mypaper", "My paper")
+    assert list(overview.titles())[-1] == "mypaper" and overview.titles()["mypaper"] == "My paper"
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    assert main(["records", "mypaper", "--scale", "reference", "--device", "cpu", "--deadline", "1e-9"]) == 0
+    assert "mypaper at scale reference: 215 configs" in capsys.readouterr().out
+    assert "My paper" in overview.recorded_claims_table()["chapter"].tolist()
+
+
+def test_a_chapter_missing_part_of_the_contract_is_refused_by_name(monkeypatch):
+    import sys
+    import types
+
+    from fedlib.studies import fedgpa, registry
+
+    mod = types.ModuleType("halfpaper")
+    for name in registry.CONTRACT:
+        if name != "tables":
+            setattr(mod, name, getattr(fedgpa, name))
+    monkeypatch.setitem(sys.modules, "halfpaper", mod)
+    with pytest.raises(TypeError, match=r"chapter halfpaper does not define tables \(tables\(scale\)"):
+        registry.register_chapter("halfpaper", "Half")
+    with pytest.raises(Exception, match=r"chapter='nosuch' is not allowed: one of fedgpa, fedpcl, fedprp"):
+        registry.study("nosuch")

@@ -6,7 +6,6 @@ imports the chapter's study module, sets where its runs execute, prints what the
 ``scale_summary``) and starts the chapter's clock (``wall_time_line`` at its end)."""
 from __future__ import annotations
 
-import importlib
 import inspect
 import time
 
@@ -26,7 +25,9 @@ def open_chapter(name: str, scale: str, device: str = "cpu", executor: str = "se
     """(study module, its budget at ``scale``, ``show_source``) of the chapter ``name``."""
     import pandas as pd
 
-    study = importlib.import_module(f"fedlib.studies.{name}")
+    from fedlib.studies.registry import study as chapter_study
+
+    study = chapter_study(name)
     sc = study.scale_info(scale)
     set_runtime(device, executor)
     pd.set_option("display.width", 160)
@@ -35,12 +36,11 @@ def open_chapter(name: str, scale: str, device: str = "cpu", executor: str = "se
 
     CURRENT["chapter"] = name
     print(study.scale_summary(scale))
-    if hasattr(study, "tables"):
-        from IPython.display import HTML, display
+    from IPython.display import HTML, display
 
-        from fedlib.studies.report import status_html
+    from fedlib.studies.report import status_html
 
-        display(HTML(status_html(name, scale)))
+    display(HTML(status_html(name, scale)))
     return study, sc, show_source
 
 

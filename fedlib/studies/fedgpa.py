@@ -23,6 +23,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     with_seeds,
 )
 from fedlib.studies.grid import Scales
+from fedlib.studies.registry import register_chapter
 
 METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "scaffold", "fedper", "lg_fedavg", "fedbabu", "fedpac",
            "fedgpa"]
@@ -720,3 +721,6 @@ def plot_paper_scale(stored: dict):
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     return fig
+
+
+register_chapter(__name__, "FedGPA")

@@ -27,6 +27,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     with_seeds,
 )
 from fedlib.studies.grid import Scales, convergence_grid
+from fedlib.studies.registry import register_chapter
 
 TABLE1 = ["local", "fedavg_ft", "fedproto", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac", "fedmate"]
 TABLE2 = ["local", "fedavg_ft", "moon", "fedproto", "fedfa", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac",
@@ -453,3 +454,6 @@ def tables(scale: str) -> dict:
         first = scale_info(scale)["table1_cells"][0]
         out["convergence"] = convergence_grid({m: table1_grid(scale)[(first, m)] for m in CONVERGENCE})
     return out
+
+
+register_chapter(__name__, "FedMate")

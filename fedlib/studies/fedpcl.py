@@ -11,6 +11,7 @@ from fedlib.experiment import Config, make_config
 from fedlib.plots import chance_line
 from fedlib.studies.common import RUNTIME, fmt, mean_std, method_labels, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
 from fedlib.studies.grid import Scales
+from fedlib.studies.registry import register_chapter
 
 SINGLE = ["effnet_lite0"]
 MULTI = ["effnet_lite0", "effnet_lite1", "effnet_lite2"]
@@ -642,3 +643,6 @@ def plot_paper_scale(stored: dict):
                         title=f"paper scale, feature shift, {'one backbone' if bb == 's' else 'three backbones'}")
     fig.tight_layout()
     return fig
+
+
+register_chapter(__name__, "FedPCL")

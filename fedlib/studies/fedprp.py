@@ -26,6 +26,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     with_seeds,
 )
 from fedlib.studies.grid import Scales, convergence_grid
+from fedlib.studies.registry import register_chapter
 
 METHODS = ["apfl", "fedrep", "fedprox", "fedproto", "fedrod", "fedphp", "fedavg", "fedic", "creff", "fedprp"]
 LABELS = method_labels(METHODS)
@@ -539,3 +540,6 @@ def tables(scale: str) -> dict:
         out["convergence"] = convergence_grid({m: grid[(scale_info(scale)["datasets"][0], "shards", m)]
                                                for m in CONVERGENCE})
     return out
+
+
+register_chapter(__name__, "FedPRP")

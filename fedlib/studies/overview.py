@@ -3,14 +3,19 @@ verdicts, read from the summaries the chapters leave when they run (``common.sav
 from __future__ import annotations
 
 from fedlib.studies.common import load_summaries
+from fedlib.studies.registry import chapters
 from fedlib.studies.report import Claim
 
-CHAPTERS = {"fedgpa": "FedGPA", "fedpcl": "FedPCL", "fedprp": "FedPRP", "fedmate": "FedMate", "pfedcspc": "pFedCSPC"}
 HEADLINE_KEYS = {"fedgpa": 3, "fedpcl": 2}   # leading label columns of each chapter's headline rows
 
 
+def titles() -> dict[str, str]:
+    """chapter -> its title, every registered chapter in the book's order."""
+    return {name: c.title for name, c in chapters().items()}
+
+
 def summaries(scale: str) -> dict:
-    return load_summaries(CHAPTERS, scale)
+    return load_summaries(titles(), scale)
 
 
 def claims_of(summary: dict) -> list[Claim]:
@@ -29,7 +34,7 @@ def chapters_table(found: dict, scale: str):
     import pandas as pd
 
     rows = []
-    for chapter, title in CHAPTERS.items():
+    for chapter, title in titles().items():
         s = found.get(chapter)
         if s is None:
             rows.append({"chapter": title, "claims that hold": "-", "do not hold": "-", "inconclusive": "-",
@@ -51,7 +56,7 @@ def recorded_claims_table():
 
     found = {s: summaries(s) for s in RECORDED_SCALES}
     rows = []
-    for chapter, title in CHAPTERS.items():
+    for chapter, title in titles().items():
         row = {"chapter": title}
         for s in RECORDED_SCALES:
             summary = found[s].get(chapter)
@@ -75,7 +80,7 @@ def status_table():
     from fedlib.studies.report import coverage, coverage_text
 
     return pd.DataFrame([{"chapter": title, **{f"{s} scale (committed records)": coverage_text(coverage(ch, s))
-                                               for s in RECORDED_SCALES}} for ch, title in CHAPTERS.items()])
+                                               for s in RECORDED_SCALES}} for ch, title in titles().items()])
 
 
 def headline_table(summary: dict):

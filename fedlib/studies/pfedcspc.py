@@ -27,6 +27,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     with_seeds,
 )
 from fedlib.studies.grid import Scales, convergence_grid
+from fedlib.studies.registry import register_chapter
 
 # Table II: global-model methods (their "Local" is the global model fine-tuned on each client, the paper's
 # FedAvg row has Local = FedAvg-FT's I_local) and the methods with personalised models
@@ -626,3 +627,6 @@ def tables(scale: str) -> dict:
         grid = table2_grid(scale)
         out["convergence"] = convergence_grid({m: grid[(scale_info(scale)["datasets"][0], m)] for m in CONVERGENCE})
     return out
+
+
+register_chapter(__name__, "pFedCSPC")

@@ -560,12 +560,12 @@ SCALE_MEANING = {
 def coverage(chapter: str, scale: str = "paper") -> dict:
     """How much of a chapter's grid at ``scale`` (reference or paper) has committed records: runs current / stale /
     missing of the total, their seeds, devices and training time."""
-    import importlib
 
     from fedlib import results
     from fedlib.studies.grid import recording_order
+    from fedlib.studies.registry import study
 
-    grid = recording_order(importlib.import_module(f"fedlib.studies.{chapter}").tables(scale))
+    grid = recording_order(study(chapter).tables(scale))
     hits = results.lookup(chapter, grid)
     current = [h.record for h in hits if h is not None and not h.stale]
     return {"total": len(grid), "current": len(current), "stale": sum(1 for h in hits if h is not None and h.stale),

@@ -29,12 +29,9 @@ def _root() -> Path:
 
 def chapters() -> list[str]:
     """The chapters whose study declares a ``TUNING`` reference run."""
-    import pkgutil
+    from fedlib.studies.registry import chapters as registered
 
-    import fedlib.studies as pkg
-
-    names = [m.name for m in pkgutil.iter_modules(pkg.__path__)]
-    return [n for n in names if hasattr(importlib.import_module(f"fedlib.studies.{n}"), "TUNING")]
+    return [name for name, c in registered().items() if hasattr(c.study, "TUNING")]
 
 
 def reference_config(chapter: str, lr: float):
