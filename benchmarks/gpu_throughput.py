@@ -87,8 +87,7 @@ def measure(mode: str, configs: list, rounds: int, device: str) -> tuple[float, 
     def executor(setup, trainer, **_):
         if mode != "lockstep":
             return BatchedExecutor(setup, trainer) if mode == "batched" else None
-        shared.setdefault("batched", BatchedTrainer(trainer.model, trainer.x, trainer.y, trainer.batch_size,
-                                                    trainer.optimizer, precision=trainer.precision))
+        shared.setdefault("batched", BatchedTrainer.like(trainer))
         return BatchedExecutor(setup, trainer, batched=shared["batched"])
 
     feds = [build(dataclasses.replace(c, executor="sequential" if mode == "sequential" else "batched"),

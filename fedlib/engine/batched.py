@@ -151,6 +151,12 @@ class BatchedTrainer:
         # cost of one lockstep step in units of one client's batch: kernel launches dominate on a GPU
         self.overhead = overhead if overhead is not None else (16.0 if train_x.is_cuda else 1.0)
 
+    @classmethod
+    def like(cls, trainer, overhead: float | None = None) -> BatchedTrainer:
+        """A batched trainer with ``trainer``'s model, data, batches, optimizer and precision."""
+        return cls(trainer.model, trainer.x, trainer.y, trainer.batch_size, trainer.optimizer, overhead=overhead,
+                   drop_last=trainer.drop_last, precision=trainer.precision)
+
     @staticmethod
     def supports(model: torch.nn.Module) -> bool:
         """Models with buffers (BatchNorm running statistics) are trained by the sequential trainer."""

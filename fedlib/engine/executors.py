@@ -50,9 +50,7 @@ class BatchedExecutor(SequentialExecutor):
                  batched: BatchedTrainer | None = None, **_):
         super().__init__(setup, trainer)
         # ``batched``: a trainer shared with other runs on the same data tensors (run-batched grids)
-        self.batched = batched or BatchedTrainer(trainer.model, trainer.x, trainer.y, trainer.batch_size,
-                                                 trainer.optimizer, overhead=overhead, drop_last=trainer.drop_last,
-                                                 precision=trainer.precision)
+        self.batched = batched or BatchedTrainer.like(trainer, overhead)
         self.supported = BatchedTrainer.supports(trainer.model)
 
     def run(self, method, tasks: list[ClientTask]) -> list[ClientResult]:

@@ -190,9 +190,7 @@ def _run_group(cfgs: list[Config], positions: list[int], out: list, cache_dir, p
 
         def executor(setup, trainer, **_):
             if "batched" not in shared:
-                shared["batched"] = BatchedTrainer(trainer.model, trainer.x, trainer.y, trainer.batch_size,
-                                                   trainer.optimizer, drop_last=trainer.drop_last,
-                                                   precision=trainer.precision)
+                shared["batched"] = BatchedTrainer.like(trainer)
             return BatchedExecutor(setup, trainer, batched=shared["batched"])
 
         feds = []
