@@ -97,3 +97,17 @@ def test_offline_datasets_load():
         d = sources.load_dataset(name)
         assert len(d.train_y) == n_train and d.num_classes == 10
         assert abs(float(d.train_x.mean())) < 1e-3  # standardised
+
+
+def test_a_download_without_a_network_is_one_line_naming_the_folder(root, monkeypatch):
+    import urllib.error
+
+    import torchvision
+
+    def offline(*args, **kwargs):
+        raise urllib.error.URLError("[Errno -3] Temporary failure in name resolution")
+
+    monkeypatch.setattr(torchvision.datasets, "USPS", offline)
+    with pytest.raises(DataNotFoundError, match=r"downloading USPS into .*usps failed \(\[Errno -3\] Temporary "
+                                                 r"failure in name resolution\); check the network"):
+        sources.load_dataset("usps", download=True)

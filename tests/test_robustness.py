@@ -83,6 +83,12 @@ BAD = [
     (["--method", "creff", "--hp", "num_features=10000000000"], "hyper.num_features=10000000000 is not allowed"),
     (["--method", "fedsoup", "--hp", "pool=100000000"], "hyper.pool=100000000 is not allowed"),
     (["--out", "/tmp/" + "x" * 300 + ".json"], "is not allowed: a file fedlib can write (File name too long)"),
+    # issue 39: groups given as scalars, booleans as numbers, an unbounded redraw count
+    (["--set", "participation=5"], "participation=5 is not allowed: a mapping of its fields (fraction, "),
+    (["--set", "evaluation=abc"], "evaluation='abc' is not allowed: a mapping of its fields (every, "),
+    (["--method", "pfedcspc", "--hp", "lambdas=[true, false]"], "hyper.lambdas=[True, False] is not allowed"),
+    (["--partition", "dirichlet", "alpha=0.5", "max_tries=1000000000"], "max_tries=1000000000 is not allowed"),
+    (["--set", "precision=fp16"], "precision='fp16' is not allowed: one of fp32, bf16, tf32"),
 ]
 
 
@@ -93,6 +99,14 @@ def test_bad_input_is_one_line_before_training(args, names, capsys, tmp_path, no
     assert len(err) == 1 and err[0].startswith("error: "), err
     assert names in err[0]
     assert not list(tmp_path.glob("*.json")) and not list(tmp_path.glob("*.ckpt"))
+
+
+def test_numpy_scalars_through_the_python_api_are_the_numbers_they_hold():
+    """np.float32(0.02) is a learning rate like 0.02 (it was refused as 'not a positive number'), with the key of
+    the Python number it holds."""
+    cfg = make_config(method="fedavg", **{**DIGITS, "lr": np.float32(0.02), "rounds": np.int64(2)})
+    experiment.validate(cfg)
+    assert cfg.key() == make_config(method="fedavg", **{**DIGITS, "lr": float(np.float32(0.02))}).key()
 
 
 def test_an_integer_hyperparameter_given_as_a_fraction_is_refused():

@@ -144,7 +144,12 @@ def _torchvision_fetch(cls_name: str, folder: Path, **kwargs) -> None:
 
     cls = getattr(torchvision.datasets, cls_name)
     for split_kwargs in kwargs.pop("splits"):
-        cls(str(folder), download=True, **split_kwargs, **kwargs)
+        try:
+            cls(str(folder), download=True, **split_kwargs, **kwargs)
+        except (OSError, RuntimeError) as exc:   # URLError is an OSError: no network, a proxy, a full disk
+            reason = getattr(exc, "reason", None) or exc
+            raise DataNotFoundError(f"downloading {cls_name} into {folder} failed ({reason}); check the network, or "
+                                    "put torchvision's files there by hand") from None
 
 
 def _missing(name: str, folder: Path, expected: str):

@@ -165,14 +165,30 @@ OFF_BY_DEFAULT: dict[str, Any] = {"data_options": {}, "backbones": None, "metric
 ENGINES = ("inprocess", "flower")   # how clients run: fedlib.experiment.runner.ENGINE_RUNNERS
 
 
+def plain(value):
+    """NumPy scalars (``np.float32(0.02)`` through the Python API) as the Python numbers they hold, inside lists and
+    dicts too: the checks and the cache key see the same value either way."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(plain(v) for v in value)
+    return value
+
+
 def make_config(**kwargs) -> Config:
     """A Config from fields; the participation and evaluation fields may come under their flat names
     (``fraction``, ``eval_every``, ... see ``FLAT_NAMES``) or as the groups (objects or dicts)."""
     for key in kwargs:
         check(key in FIELDS, key, kwargs[key], f"a config field: {', '.join(sorted(FIELDS))}")
+    kwargs = {k: plain(v) for k, v in kwargs.items()}
     groups: dict[str, dict] = {}
     for name, kind in GROUPS.items():
         given = kwargs.pop(name, None)
+        check(given is None or isinstance(given, (dict, kind)), name, given,
+              f"a mapping of its fields ({', '.join(f.name for f in dataclasses.fields(kind))}), or use their flat "
+              "names")
         groups[name] = copy.deepcopy(vars(given)) if isinstance(given, kind) else dict(given or {})
         for key in groups[name]:
             check(key in {f.name for f in dataclasses.fields(kind)}, f"{name}.{key}", groups[name][key],

@@ -75,7 +75,8 @@ class CspcHyper(Hyper):
         unit_interval(self.ratio, "ratio")
         positive(self.ratio, "ratio")
         unit_interval(self.lam_kp, "lam_kp")
-        if not self.lambdas or not all(isinstance(v, (int, float)) and v >= 0 for v in self.lambdas):
+        if not self.lambdas or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+                                       for v in self.lambdas):
             raise ConfigError("hyper.lambdas", self.lambdas, "a non-empty list of non-negative numbers")
         if self.prototypes not in ("cpm", "tpg"):
             raise ConfigError("hyper.prototypes", self.prototypes, "'cpm' (clustered) or 'tpg' (one class mean)")
