@@ -403,7 +403,7 @@ def best_evidence(by_scale: dict[str, list[Claim]]) -> list[tuple[str, Claim, di
 def best_evidence_html(by_scale: dict[str, list[Claim]], notes: dict[str, str]) -> str:
     """The verdict box closing a chapter, best evidence first: each claim's verdict at the highest scale that has
     records for it, with its margin, interval and seeds, and the other scales' verdicts beside it. ``notes``: what
-    each scale is (rounds, seeds, which records)."""
+    each scale is (rounds, seeds, which records), or why a scale decides nothing yet."""
     css = {"holds": "yes", "does not hold": "no", "inconclusive": "na", "not checked": "na"}
     rows, decided_at = [], []
     for scale, c, others in best_evidence(by_scale):
@@ -421,8 +421,7 @@ def best_evidence_html(by_scale: dict[str, list[Claim]], notes: dict[str, str]) 
         f"{s} scale: " + ", ".join(f"{o} {n}" for o in (*OUTCOMES, "not checked")
                                    if (n := sum(1 for s_, o_ in decided_at if s_ == s and o_ == o)))
         for s in dict.fromkeys(s for s, _ in decided_at))
-    scales = "".join(f"<li><strong>{html.escape(s)}</strong>: {html.escape(n)}</li>" for s, n in notes.items()
-                     if s in by_scale)
+    scales = "".join(f"<li><strong>{html.escape(s)}</strong>: {html.escape(n)}</li>" for s, n in notes.items())
     return (f"<div class='verdict'><p><strong>Verdict per claim, best evidence first</strong> ({len(rows)} claims; "
             f"decided at {html.escape(counts)}). Rule: 95% t-interval of the per-seed margin, paired by seed (see "
             f"the introduction); only reference and paper scale test a claim of the paper.</p><ul>{scales}</ul>"
@@ -572,6 +571,15 @@ def coverage(chapter: str, scale: str = "paper") -> dict:
             "seeds": sorted({int(r["seed"]) for r in current}),
             "devices": sorted({str(r.get("device", "?")).split(" (")[0] for r in current}),
             "hours": sum(r.get("wall_time_s", 0.0) for r in current) / 3600}
+
+
+def recorded_scale_notes(chapter: str) -> dict[str, str]:
+    """For a chapter whose notebook does not yet read its recorded scales back: what each has (the verdict box
+    says so instead of leaving the scale out)."""
+    from fedlib.experiment import RECORDED_SCALES
+
+    return {s: f"{coverage_text(coverage(chapter, s))}; this chapter does not read them into its verdicts yet"
+            for s in RECORDED_SCALES}
 
 
 def coverage_text(cov: dict) -> str:
