@@ -139,7 +139,7 @@ def test_fedgpa_claims_against_hand_made_results():
     page = verdict_html(claims, "book scale")
     assert page.count("<tr>") == 10 and "inconclusive 9 (of 9" in page
     # the chapter's claim -> runs list names every claim, in order
-    assert [c.claim.startswith(listed) for c, (listed, _) in zip(claims, fedgpa.CLAIM_TABLES)] == [True] * 9
+    assert [c.claim.startswith(listed) for c, (listed, _, _) in zip(claims, fedgpa.CLAIM_TABLES)] == [True] * 9
 
 
 def test_fedpcl_claims_against_hand_made_results():

@@ -201,3 +201,15 @@ def test_a_chapter_missing_part_of_the_contract_is_refused_by_name(monkeypatch):
         registry.register_chapter("halfpaper", "Half")
     with pytest.raises(Exception, match=r"chapter='nosuch' is not allowed: one of fedgpa, fedpcl, fedprp"):
         registry.study("nosuch")
+
+
+@pytest.mark.parametrize("chapter", ["fedgpa", "fedprp", "fedmate", "pfedcspc"])
+def test_every_listed_claim_names_a_recorded_table_with_runs(chapter):
+    from fedlib.studies.registry import study
+    from fedlib.studies.report import claim_runs
+
+    mod = study(chapter)
+    rows = claim_runs(mod, "reference")
+    assert len(rows) == len(mod.CLAIM_TABLES) + len(mod.NOT_OFFLINE)
+    for row in rows[:len(mod.CLAIM_TABLES)]:
+        assert int(row["runs"].split()[0]) > 0 and "seeds [0, 1, 2]" in row["runs"]

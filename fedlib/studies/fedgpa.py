@@ -548,18 +548,22 @@ def plot_convergence(longer: dict, paper: dict, R: int):
 
 
 # which recorded table decides each claim of ``verdicts`` (in its order), and what the paper shows that no offline
-# run can check
+# run can check (``report.claim_runs`` lists them with their runs)
+COMPARISON = "10 methods x Settings 1-3 x s in {20, 80}"
+WEIGHTS = COMPARISON + " (Fig. 4 reads FedGPA's logged weights in Setting 3)"
 CLAIM_TABLES = [
-    ("FedGPA has the highest accuracy of all methods in every setting and s (Tables 2, 4, 5)", "comparison"),
-    ("most methods are more accurate at s=20 than at s=80", "comparison"),
-    ("FedAvg-FT beats FedAvg at s=20 but fine-tuning hurts at s=80", "comparison"),
+    ("FedGPA has the highest accuracy of all methods in every setting and s (Tables 2, 4, 5)", "comparison",
+     COMPARISON),
+    ("most methods are more accurate at s=20 than at s=80", "comparison", COMPARISON),
+    ("FedAvg-FT beats FedAvg at s=20 but fine-tuning hurts at s=80", "comparison", COMPARISON),
     ("methods with one global model (FedAvg, FedProx, SCAFFOLD) fall behind the split-model PFL methods",
-     "comparison"),
-    ("FedPer and LG-FedAvg are below FedBABU and FedPAC", "comparison"),
-    ("each module adds accuracy: None < +LGA < +GPA(c) < +GPA(f) (Table 3)", "ablation"),
-    ("mu between 0.4 and 0.6 is best (Fig. 3)", "mu_sweep"),
-    ("extractor weights are spread more evenly than classifier weights (Fig. 4)", "comparison"),
-    ("weights concentrate on the client itself as heterogeneity grows (s=80 -> s=20)", "comparison"),
+     "comparison", COMPARISON),
+    ("FedPer and LG-FedAvg are below FedBABU and FedPAC", "comparison", COMPARISON),
+    ("each module adds accuracy: None < +LGA < +GPA(c) < +GPA(f) (Table 3)", "ablation",
+     "FedGPA with its modules switched on one by one, Setting 1, s = 20"),
+    ("mu between 0.4 and 0.6 is best (Fig. 3)", "mu_sweep", f"FedGPA, mu in {MU_SWEEP}, Setting 3, s in {{20, 80}}"),
+    ("extractor weights are spread more evenly than classifier weights (Fig. 4)", "comparison", WEIGHTS),
+    ("weights concentrate on the client itself as heterogeneity grows (s=80 -> s=20)", "comparison", WEIGHTS),
 ]
 NOT_OFFLINE = [
     ("the same comparisons on CIFAR-10, CIFAR-100 and EMNIST (Tables 2-5)", "the datasets are not available offline "
@@ -567,24 +571,6 @@ NOT_OFFLINE = [
     ("accuracy against s on CIFAR-10 (Fig. 5)", "CIFAR-10 is not available offline; the chapter's s sweep on FMNIST "
      "runs at book scale only"),
 ]
-
-
-def claim_runs(scale: str = "reference") -> list[dict]:
-    """Each claim, the recorded table that decides it at ``scale`` and its runs (cells x seeds); then what cannot
-    be checked offline, with the reason."""
-    grids = tables(scale)
-    rows = []
-    for claim, table in CLAIM_TABLES:
-        grid = grids[table]
-        seeds = sorted({c.seed for configs in grid.values() for c in configs})
-        what = {"comparison": "10 methods x Settings 1-3 x s in {20, 80}" + (" (Fig. 4 reads FedGPA's logged "
-                              "weights in Setting 3)" if "weights" in claim else ""),
-                "ablation": "FedGPA with its modules switched on one by one, Setting 1, s = 20",
-                "mu_sweep": f"FedGPA, mu in {MU_SWEEP}, Setting 3, s in {{20, 80}}"}[table]
-        rows.append({"claim": claim, "decided by": f"{table}: {what}",
-                     "runs": f"{sum(len(c) for c in grid.values())} ({len(grid)} cells x seeds {seeds})"})
-    rows += [{"claim": claim, "decided by": f"not checked offline: {why}", "runs": "-"} for claim, why in NOT_OFFLINE]
-    return rows
 
 
 def recorded_claims(scale: str) -> tuple[list, str] | None:

@@ -441,6 +441,22 @@ def paper_scale_grid() -> dict:
     return table1_grid("paper")
 
 
+# which recorded table decides each claim of ``verdicts`` (in its order), and what cannot be checked offline
+CLAIM_TABLES = [
+    ("FedMate generalizes best: highest accuracy of the personalized models on a balanced test (Table 1)", "table1",
+     "Table 1's methods in each (dataset, s) cell of the scale"),
+    ("FedMate adapts best to local data (Table 2", "table2", "Table 2's methods, three classes per client"),
+    ("each pair of modules improves on the backbone and all four together are best (Table 1 ablation)", "table1",
+     "the ablation rows of Table 1 in each cell"),
+    ("FedMate is the most robust to clients with repeated samples (Fig. 5)", "repeat",
+     "FedProto, FedRep, FedPAC and FedMate at each repeat ratio, FMNIST s = 50"),
+    ("skipping extractor uploads (CFT) saves communication without costing accuracy (Section 3.4)",
+     "communication", "FedMate with and without CFT, FMNIST s = 10"),
+]
+NOT_OFFLINE = [
+    ("the CIFAR-10, CIFAR-100 and CINIC-10 columns of Tables 1-2 and Fig. 5", "the datasets are not available "
+     "offline; the book reads FMNIST (and MNIST at paper scale)"),
+]
 CONVERGENCE = ("fedmate", "fedpac")   # the paper's method and its main baseline, run 3x longer at reference scale
 
 

@@ -526,6 +526,26 @@ def paper_scale_grid() -> dict:
     return comparison_grid("paper")
 
 
+# which recorded table decides each claim of ``verdicts`` (in its order), and what cannot be checked offline
+COMPARISON = "10 methods x {sharding, Dirichlet} on the first dataset's long tail"
+CLAIM_TABLES = [
+    ("FedPRP has the best A_loc under sharding (Table I)", "comparison", COMPARISON),
+    ("FedPRP has the best A_glo under Dirichlet skew (Table II)", "comparison", COMPARISON),
+    ("FedPRP has the best A_sel under Dirichlet skew (Table V)", "comparison", COMPARISON),
+    ("the size of Table I's A_loc comes from the official code's protocol", "comparison",
+     COMPARISON + " (a hypothesis of the book, not a claim of the paper)"),
+    ("FedPRP has the best overall A_glo on the long tail", "comparison", COMPARISON + " (Table III's methods)"),
+    ("both new terms help: FedPRP beats CE only, w/o L_ID and w/o L_IC (Table VIII)", "ablation",
+     "FedPRP with L_ID and L_IC switched off, sharding"),
+    ("new clients do best with FedPRP after one round (Table VII)", "late_clients",
+     "Table VII's methods with clients that join in the last round"),
+    ("a slow prototype average (beta = 0.9) beats a fast one (beta = 0.1) (Fig. 7)", "beta",
+     "FedPRP, beta in {0.1, 0.5, 0.9}"),
+]
+NOT_OFFLINE = [
+    ("the same tables on CIFAR-10-LT and CIFAR-100-LT", "CIFAR is not available offline (`--download` fetches it); "
+     "the book reads FMNIST-LT (and MNIST-LT as a check)"),
+]
 CONVERGENCE = ("fedprp", "fedavg")   # the paper's method and its main baseline, run 3x longer at reference scale
 
 

@@ -614,6 +614,28 @@ def paper_scale_grid() -> dict:
     return table2_grid("paper")
 
 
+# which recorded table decides each claim of ``verdicts`` (in its order), and what cannot be checked offline
+CLAIM_TABLES = [
+    ("pFedCSPC has the best balance of generalization and personalization (Table II, HM)", "table2",
+     "Table II's methods"),
+    ("pFedCSPC's global model is (near) the best (Table II, Global)", "table2", "Table II's methods"),
+    ("pFedCSPC personalizes best among the personalized-FL baselines (Table III, I_local)", "table3",
+     "Table III's methods (FedAvg, FedAvg-FT and pFedCSPC from Table II)"),
+    ("clustered prototypes beat one prototype per class (Table IV, CPM vs TPG)", "ablations",
+     "pFedCSPC with CPM or TPG prototypes"),
+    ("every global component adds accuracy: Base < +CPM+CA < +PTA < +PA < +KP (Table IV)", "ablations",
+     "pFedCSPC with its global components added one by one"),
+    ("PMI and Align each improve personalization, on FedAvg and on FedCSPC (Table V)", "ablations",
+     "PMI and Align switched on and off"),
+    ("pFedCSPC improves the global model of other local objectives (Table VI)", "table6",
+     "FedProx, MOON and FedASAM alone and under pFedCSPC"),
+    ("pFedCSPC reaches the target accuracy in the fewest rounds (Table VII)", "table2",
+     "the learning curves of Table II's runs"),
+]
+NOT_OFFLINE = [
+    ("the CIFAR-10, CIFAR-100 and Tiny-ImageNet columns", "the datasets are not available offline; the book reads "
+     "FMNIST in place of CIFAR-10 (and MNIST at paper scale)"),
+]
 CONVERGENCE = ("pfedcspc", "fedavg")   # the paper's method and its main baseline, run 3x longer at reference scale
 
 

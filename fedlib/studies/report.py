@@ -573,6 +573,21 @@ def coverage(chapter: str, scale: str = "paper") -> dict:
             "hours": sum(r.get("wall_time_s", 0.0) for r in current) / 3600}
 
 
+def claim_runs(study, scale: str = "reference") -> list[dict]:
+    """Each claim of a chapter (its ``CLAIM_TABLES``: claim, recorded table, what that table runs), the runs that
+    decide it at ``scale`` (cells x seeds of ``tables(scale)[table]``), then what cannot be checked offline
+    (``NOT_OFFLINE``: claim, why)."""
+    grids = study.tables(scale)
+    rows = []
+    for claim, table, what in study.CLAIM_TABLES:
+        grid = grids[table]
+        seeds = sorted({c.seed for configs in grid.values() for c in configs})
+        rows.append({"claim": claim, "decided by": f"{table}: {what}",
+                     "runs": f"{sum(len(c) for c in grid.values())} ({len(grid)} cells x seeds {seeds})"})
+    return rows + [{"claim": claim, "decided by": f"not checked offline: {why}", "runs": "-"}
+                   for claim, why in study.NOT_OFFLINE]
+
+
 def recorded_scale_notes(chapter: str) -> dict[str, str]:
     """For a chapter whose notebook does not yet read its recorded scales back: what each has (the verdict box
     says so instead of leaving the scale out)."""
