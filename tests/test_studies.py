@@ -213,3 +213,32 @@ def test_every_listed_claim_names_a_recorded_table_with_runs(chapter):
     assert len(rows) == len(mod.CLAIM_TABLES) + len(mod.NOT_OFFLINE)
     for row in rows[:len(mod.CLAIM_TABLES)]:
         assert int(row["runs"].split()[0]) > 0 and "seeds [0, 1, 2]" in row["runs"]
+
+
+def test_fedgpa_reads_its_claims_from_committed_records_of_complete_settings(tmp_path, monkeypatch):
+    """Records of every reference-scale config (made up: FedGPA a point above the rest, seed-dependent) under a
+    results folder: the claims are computed on the complete settings, with all three seeds, the ablation and the
+    mu sweep; with one run of Setting 3 missing, the margins are paired over the seeds every cell has."""
+    import random
+
+    from fedlib import results
+    from fedlib.studies import fedgpa
+    from fedlib.studies.common import recording_order
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    rng = random.Random(0)
+    configs = recording_order(fedgpa.tables("reference"))
+    for cfg in configs:
+        acc = 0.80 + (0.01 if cfg.method == "fedgpa" else 0.0) + 0.002 * cfg.seed + 0.001 * rng.random()
+        row = {"round": cfg.rounds, "personal_local_acc": acc}
+        results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
+                       "history": [row], "final": row}, "fedgpa", tmp_path)
+    claims, note = fedgpa.recorded_claims("reference")
+    assert "Settings [1, 2, 3], seeds [0, 1, 2]" in note and "not yet recorded" not in note
+    assert claims[0].claim.startswith("FedGPA has the highest accuracy") and claims[0].verdict.outcome == "holds"
+    assert any(c.claim.startswith("each module adds") for c in claims)
+    missing = next(c for c in configs if c.method == "local" and c.partition.get("s") == 80 and c.seed == 1
+                   and isinstance(c.partition["n"], list))
+    (tmp_path / "fedgpa" / f"{missing.key()}.json").unlink()
+    claims, note = fedgpa.recorded_claims("reference")
+    assert claims[0].verdict.n == 2 and sorted(claims[0].margins) == [0, 2]

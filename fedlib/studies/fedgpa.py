@@ -501,7 +501,8 @@ def convergence_rows(reference: dict, longer: dict, paper: dict) -> list[dict]:
         R, far = gap["rounds"]
         full = next((value_at(r, 150) for r in paper.get(m, []) if int(r["seed"]) == 0), None)
         rows.append({"method": LABELS[m], f"round {R} (reference)": round(gap["reference"], 2),
-                     f"round {far} (3x)": round(gap["longer"], 2), "round 150 (paper)": full,
+                     f"round {far} (3x)": round(gap["longer"], 2),
+                     "round 150 (paper)": None if full is None else round(full, 2),
                      f"gap {far} - {R}": round(gap["gap"], 2), "reference std over seeds": round(gap["spread"], 2)})
     return rows
 
