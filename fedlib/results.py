@@ -174,8 +174,24 @@ def same_hardware(recorded_device: str, device: str) -> bool:
 
 
 def replay(record: dict, rounds: int = 2, device: str = "cpu", executor: str = "sequential") -> list[dict]:
-    """Re-run the first ``rounds`` rounds of a stored record (same config, total rounds and
-    evaluation cadence) and compare the train loss and the evaluated accuracies round by round."""
+    """Re-run the first ``rounds`` rounds of a stored record (same config, total rounds and evaluation cadence, and
+    on a CPU the record's thread count: float32 kernels split their sums by thread) and compare the train loss and
+    the evaluated accuracies round by round."""
+    import re
+
+    import torch
+
+    threads = re.search(r"(\d+) threads", str(record.get("device", "")))
+    before = torch.get_num_threads()
+    if threads and device == "cpu":
+        torch.set_num_threads(int(threads.group(1)))
+    try:
+        return _replay(record, rounds, device, executor)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _replay(record: dict, rounds: int, device: str, executor: str) -> list[dict]:
     cfg = make_config(**{**record["config"], "device": device, "executor": executor})
     fed = build(cfg)
     recorded = {row["round"]: row for row in record["history"]}
