@@ -24,6 +24,7 @@ from fedlib.errors import (
     NotebookFailed,
     StorageFailed,
     TrainingDiverged,
+    WorkerDied,
 )
 
 
@@ -355,7 +356,8 @@ def main(argv=None) -> int:
             build_book = book_builder().build_book
 
             return build_book(args.manifest, only=args.config, build=not args.no_build)
-    except (ConfigError, DataNotFoundError, TrainingDiverged, NotebookFailed, StorageFailed, ClientFailed) as exc:
+    except (ConfigError, DataNotFoundError, TrainingDiverged, NotebookFailed, StorageFailed, ClientFailed,
+            WorkerDied) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

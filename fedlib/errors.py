@@ -27,6 +27,11 @@ class ClientFailed(RuntimeError):
         return type(self), (str(self), self.detail)
 
 
+class WorkerDied(RuntimeError):
+    """A worker process was killed (by a signal, or by the system when memory ran out); the message names the
+    workers and how to see the error."""
+
+
 class StorageFailed(RuntimeError):
     """A write failed mid-run (a full disk, a folder made read-only): the run stopped; the message says what
     was being written, why it failed and what was kept."""

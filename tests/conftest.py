@@ -25,7 +25,15 @@ FAULT_TESTS = ("test_a_write_failing_mid_run_ends_in_one_line_and_the_run_resume
                "test_a_damaged_cached_record_is_moved_aside_and_recomputed",
                "test_a_damaged_checkpoint_is_moved_aside_and_the_run_starts_again",
                "test_server_side_divergence_stops_the_run_with_one_line",
-               "test_folder_variables_are_checked_like_config_fields")
+               "test_folder_variables_are_checked_like_config_fields",
+               "test_a_killed_worker_process_is_one_line_and_the_next_run_starts_afresh")
+HOSTILE_FILE_TESTS = ("test_a_hostile_data_file_is_named_in_one_line_before_training",
+                      "test_a_crafted_pickle_is_not_a_tree_file_and_runs_nothing",
+                      "test_a_crafted_checkpoint_runs_nothing_and_the_run_starts_again",
+                      "test_a_crafted_client_shard_runs_nothing_and_the_run_starts_again",
+                      "test_a_crafted_trained_model_runs_nothing_and_is_retrained",
+                      "test_crafted_cached_features_run_nothing_and_are_recomputed",
+                      "test_a_crafted_cifar_batch_runs_nothing_and_names_the_file")
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -35,6 +43,8 @@ def pytest_terminal_summary(terminalreporter):
         return len(reports), sum(r.passed for r in reports)
 
     (bad, clean), (faults, survived) = count(BAD_INPUT_TESTS), count(FAULT_TESTS)
-    if bad or faults:
+    hostile, harmless = count(HOSTILE_FILE_TESTS)
+    if bad or faults or hostile:
         terminalreporter.write_line(f"robustness tables: {bad} bad inputs tried, {clean} refused in one line; "
-                                    f"{faults} faults tried, {survived} survived with a clean message or recovery")
+                                    f"{faults} faults tried, {survived} survived with a clean message or recovery; "
+                                    f"{hostile} hostile files tried, {harmless} named or recovered, no code run")

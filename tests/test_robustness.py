@@ -4,6 +4,7 @@ import dataclasses
 import gzip
 import json
 import multiprocessing
+import re
 
 import numpy as np
 import pytest
@@ -90,6 +91,8 @@ BAD = [
     (["--method", "pfedcspc", "--hp", "lambdas=[true, false]"], "hyper.lambdas=[True, False] is not allowed"),
     (["--partition", "dirichlet", "alpha=0.5", "max_tries=1000000000"], "max_tries=1000000000 is not allowed"),
     (["--set", "precision=fp16"], "precision='fp16' is not allowed: one of fp32, bf16, tf32"),
+    (["--engine", "flower", "--executor", "process"], "executor='process' is not allowed: 'sequential' with engine "
+                                                      "'flower'"),
 ]
 
 
@@ -229,6 +232,100 @@ def test_a_truncated_data_file_names_the_file_and_how_to_restore_it(tmp_path):
     labels.write_bytes(labels.read_bytes()[:-8])
     with pytest.raises(DataNotFoundError, match=rf"{labels} cannot be decompressed"):
         load_dataset("fmnist", root=str(tmp_path) + "//")
+
+
+def _write_fmnist(folder, rng, train=20, test=10, side=28, label_of=None):
+    folder.mkdir(parents=True, exist_ok=True)
+    for prefix, n in (("train", train), ("t10k", test)):
+        (folder / f"{prefix}-images-idx3-ubyte").write_bytes(_idx(rng.integers(0, 255, (n, side, side))))
+        labels = rng.integers(0, 10, n) if label_of is None else label_of(prefix, n)
+        (folder / f"{prefix}-labels-idx1-ubyte").write_bytes(_idx(labels))
+
+
+def _swap_in_test_images(folder):
+    (folder / "train-images-idx3-ubyte").write_bytes((folder / "t10k-images-idx3-ubyte").read_bytes())
+
+
+def _swap_in_test_split(folder):
+    for part in ("images-idx3", "labels-idx1"):
+        (folder / f"train-{part}-ubyte").write_bytes((folder / f"t10k-{part}-ubyte").read_bytes())
+
+
+def _cifar(folder, rng, data=None, labels=None):
+    import pickle
+
+    folder.mkdir(parents=True)
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        batch = {b"data": rng.integers(0, 256, (4, 3072), dtype=np.uint8) if data is None else data,
+                 b"labels": [0, 1, 2, 3] if labels is None else labels}
+        with open(folder / name, "wb") as f:
+            pickle.dump(batch, f)
+
+
+def _svhn(folder, rng, labels=(10, 1), garbage=False):
+    from scipy.io import savemat
+
+    folder.mkdir(parents=True)
+    for split in ("train", "test"):
+        if garbage:
+            (folder / f"{split}_32x32.mat").write_bytes(b"MATLAB 5.0 MAT-file, not really" + bytes(64))
+        else:
+            savemat(folder / f"{split}_32x32.mat", {"X": rng.integers(0, 256, (32, 32, 3, 2), dtype=np.uint8),
+                                                    "y": np.array(labels).reshape(-1, 1)})
+
+
+def _usps(folder, rng, labels=(1, 10), truncate=False):
+    import bz2
+
+    folder.mkdir(parents=True)
+    for name in ("usps.bz2", "usps.t.bz2"):
+        lines = [f"{y} " + " ".join(f"{i + 1}:{v:.3f}" for i, v in enumerate(rng.uniform(-1, 1, 256)))
+                 for y in labels]
+        data = bz2.compress(("\n".join(lines) + "\n").encode())
+        (folder / name).write_bytes(data[: len(data) // 2] if truncate else data)
+
+
+# hostile or damaged dataset files: (dataset, how the files are made under $FEDLIB_DATA, what the one line names)
+HOSTILE_DATA = [
+    ("fmnist", lambda r, g: _write_fmnist(r / "fashion-mnist", g, label_of=lambda p, n: np.full(n, 200)),
+     r"train-labels-idx1-ubyte holds label 200 \(20 such\), outside 0..9; restore the file: install them"),
+    ("fmnist", lambda r, g: (_write_fmnist(r / "fashion-mnist", g), _swap_in_test_images(r / "fashion-mnist")),
+     r"train-images-idx3-ubyte holds 10 images but .*train-labels-idx1-ubyte 20 labels"),
+    ("fmnist", lambda r, g: (_write_fmnist(r / "fashion-mnist", g), _swap_in_test_split(r / "fashion-mnist")),
+     r"train-images-idx3-ubyte holds the same images as .*t10k-images-idx3-ubyte"),
+    ("fmnist", lambda r, g: _write_fmnist(r / "fashion-mnist", g, side=32),
+     r"train-images-idx3-ubyte holds images of shape \(32, 32\), where fmnist's are \(28, 28\)"),
+    ("fmnist", lambda r, g: _write_fmnist(r / "fashion-mnist", g, test=0), r"t10k-images-idx3-ubyte holds no images"),
+    ("mnist", lambda r, g: _write_fmnist(r / "mnist", g, label_of=lambda p, n: np.zeros((n, 1))),
+     r"train-labels-idx1-ubyte holds uint8 labels of shape \(20, 1\), where mnist's are one integer per image"),
+    ("cifar10", lambda r, g: _cifar(r / "cifar10/cifar-10-batches-py", g, labels=[0, 1, 2, 10]),
+     r"cifar-10-batches-py/\{data_batch_1,.*,data_batch_5\} holds label 10 \(5 such\), outside 0..9"),
+    ("cifar10", lambda r, g: _cifar(r / "cifar10/cifar-10-batches-py", g, data=np.zeros((4, 3072), np.float32)),
+     r"data_batch_1 is not a CIFAR python batch \(its data is float32 of shape \(4, 3072\)"),
+    ("svhn", lambda r, g: _svhn(r / "svhn", g, garbage=True), r"train_32x32.mat is not an SVHN .mat file"),
+    ("svhn", lambda r, g: _svhn(r / "svhn", g, labels=(15, 1)), r"train_32x32.mat holds label 15 \(1 such\)"),
+    ("usps", lambda r, g: _usps(r / "usps", g, truncate=True), r"usps.bz2 is not a USPS LIBSVM file"),
+    ("usps", lambda r, g: _usps(r / "usps", g, labels=(1, 11)), r"usps.bz2 holds label 10 \(1 such\), outside 0..9"),
+]
+
+
+@pytest.mark.parametrize("name, make, says", HOSTILE_DATA, ids=[f"{n}-{i}" for i, (n, _, _) in enumerate(HOSTILE_DATA)])
+def test_a_hostile_data_file_is_named_in_one_line_before_training(name, make, says, tmp_path, monkeypatch, capsys,
+                                                                   no_training):
+    from fedlib.data import sources
+
+    root = tmp_path / "data"
+    make(root, np.random.default_rng(0))
+    monkeypatch.setenv("FEDLIB_DATA", str(root))
+    sources._load_cached.cache_clear()
+    try:
+        assert main(["run", "--dataset", name, "--partition", "iid", "--clients", "2", "--budget", "smoke",
+                     "--no-progress", "--cache", "none"]) == 2
+    finally:
+        sources._load_cached.cache_clear()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: dataset "), err
+    assert re.search(says, err[0]), err[0]
 
 
 def test_nan_message_counts_rounds_from_one(tmp_path):
@@ -466,6 +563,24 @@ def test_a_write_failing_mid_run_ends_in_one_line_and_the_run_resumes(target, af
     assert main(args) == 0                      # space again: the same command resumes (or reads the record)
     records = json.loads((tmp_path / "out.json").read_text())
     assert len(records) == 1 and len(records[0]["history"]) == 3
+
+
+@pytest.mark.slow
+def test_a_killed_worker_process_is_one_line_and_the_next_run_starts_afresh(capsys):
+    from fedlib.engine.workers import POOLS
+
+    args = [*BASE, "--cache", "none", "--executor", "process", "--workers", "2"]
+    assert main(args) == 0
+    capsys.readouterr()
+    _, pool, _ = POOLS.pools["clients"]
+    for process in list(pool._processes.values()):
+        process.kill()
+        process.join()
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["error: a worker process of the 'process' executor died (killed, or out of memory); run again "
+                   "with one worker (--workers 1, or --executor sequential) to see the error"], err
+    assert main(args) == 0   # a fresh pool
 
 
 def test_every_fedlib_error_crosses_a_process_boundary_with_its_message():

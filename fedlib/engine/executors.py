@@ -24,7 +24,7 @@ from fedlib.engine.batched import BatchedTrainer
 from fedlib.engine.client import ClientResult, ClientTask, Setup, begin, finish, local_update
 from fedlib.engine.core import ClientContext
 from fedlib.engine.training import Trainer, diverged
-from fedlib.engine.workers import POOLS, bounded_workers, start_pool, worker_process_setup
+from fedlib.engine.workers import POOLS, bounded_workers, start_pool, worker_died, worker_process_setup
 from fedlib.errors import ConfigError, TrainingDiverged
 
 EXECUTORS = ("sequential", "process", "batched")
@@ -216,17 +216,17 @@ class ProcessExecutor:
     def run(self, method, tasks: list[ClientTask]) -> list[ClientResult]:
         pool = self._pool(method)
         chunks = spread([len(self.setup.train_idx[t.client_id]) for t in tasks], self.workers)
-        futures = [pool.submit(_run_chunk, pickle.dumps((self.setup, method, [tasks[i] for i in chunk]),
-                                                        protocol=pickle.HIGHEST_PROTOCOL)) for chunk in chunks]
+        futures: list = []
         results: list = [None] * len(tasks)
         try:
+            futures += [pool.submit(_run_chunk, pickle.dumps((self.setup, method, [tasks[i] for i in chunk]),
+                                                             protocol=pickle.HIGHEST_PROTOCOL)) for chunk in chunks]
             for chunk, future in zip(chunks, futures):
                 for i, res in zip(chunk, pickle.loads(future.result())):
                     results[i] = res
         except BrokenProcessPool:
             POOLS.shutdown("clients")
-            raise RuntimeError("a worker process of the 'process' executor died (killed, or out of memory); "
-                               "run again with --executor sequential to see the error") from None
+            raise worker_died("'process' executor") from None
         except BaseException:
             for f in futures:
                 f.cancel()

@@ -17,6 +17,8 @@ from concurrent.futures.process import BrokenProcessPool
 
 import torch
 
+from fedlib.errors import WorkerDied
+
 
 def worker_process_setup() -> None:
     """In a worker process: leave Ctrl-C to the parent (it shuts the pool down; a kernel's shutdown
@@ -107,6 +109,12 @@ def start_pool(workers: int, initializer: Callable, initargs: tuple = (), hide_m
             raise RuntimeError(f"could not start the {what}; a script that defines its own method must run "
                                "under `if __name__ == '__main__':`") from exc
     return pool
+
+
+def worker_died(what: str) -> WorkerDied:
+    """The one-line error for a pool whose worker process was killed while it worked."""
+    return WorkerDied(f"a worker process of the {what} died (killed, or out of memory); run again with one "
+                      "worker (--workers 1, or --executor sequential) to see the error")
 
 
 def stop_pool(pool: ProcessPoolExecutor, kill: bool = False) -> None:

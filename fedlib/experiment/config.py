@@ -286,6 +286,8 @@ def validate(cfg: Config) -> None:
     if cfg.engine == "flower":
         import importlib.util
 
+        check(cfg.executor == "sequential", "executor", cfg.executor, "'sequential' with engine 'flower' (each Flower "
+              "node trains the clients it is sent one after another; the other executors serve engine 'inprocess')")
         check(importlib.util.find_spec("flwr") is not None and importlib.util.find_spec("ray") is not None, "engine",
               cfg.engine, "'inprocess' (Flower is not installed: pip install -e '.[flower]')")
     if cfg.secure_aggregation is not None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Iterator, Mapping
+from concurrent.futures.process import BrokenProcessPool
 
+from fedlib.engine.workers import POOLS, worker_died
 from fedlib.errors import check
 from fedlib.experiment import Config, read_cached_record, run
 
@@ -60,7 +62,7 @@ def _run_one(cfg: Config, kwargs: dict) -> dict:
 def _run_pool(workers: int):
     """The session's pool of single-threaded run workers (the engine's worker pools, purpose "runs"),
     reused by every grid."""
-    from fedlib.engine.workers import POOLS, single_threaded_run_worker, start_pool
+    from fedlib.engine.workers import single_threaded_run_worker, start_pool
 
     return POOLS.get("runs", workers, lambda: start_pool(workers, single_threaded_run_worker,
                                                          what="grid's worker processes"))
@@ -111,6 +113,9 @@ def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, st
                 for i in futures[future]:
                     out[i] = future.result()
                 bar.update(len(futures[future]))
+        except BrokenProcessPool:
+            POOLS.shutdown("runs")
+            raise worker_died("runs (--workers)") from None
         except BaseException:
             for f in futures:
                 f.cancel()
@@ -285,6 +290,8 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
                 job = running.pop(future)
                 try:
                     outcomes = future.result()
+                except BrokenProcessPool:
+                    raise worker_died("records command (--workers)") from None
                 except Exception as exc:
                     outcomes = [("failed", f"{type(exc).__name__}: {exc}")] * len(job)
                 for cfg, (status, what) in zip(job, outcomes):
