@@ -44,6 +44,7 @@ class APFL(Method):
     name = "apfl"
     label = "APFL"
     paper = "Deng, Kamani & Mahdavi, arXiv:2003.13461"
+    cite = "deng2020apfl"
     Hyper = ApflHyper
     personalized = True
 

@@ -65,6 +65,7 @@ class Method:
     name: ClassVar[str] = "fedavg"
     label: ClassVar[str] = "FedAvg"          # how tables and figures name it (a chapter may override it)
     paper: ClassVar[str] = "McMahan et al., AISTATS 2017"
+    cite: ClassVar[str | None] = "mcmahan2017fedavg"   # its paper's key in book/references.bib (None: no paper)
     Hyper: ClassVar[type] = Hyper
     shared: ClassVar[tuple[str, ...]] = PARTS   # parts averaged by the server and broadcast
     personalized: ClassVar[bool] = False        # evaluate each client's own model

@@ -77,6 +77,7 @@ class CCVR(Method):
     name = "ccvr"
     label = "CCVR"
     paper = "Luo, Chen, Hu, Zhang, Liang & Feng, NeurIPS 2021"
+    cite = "luo2021ccvr"
     Hyper = CcvrHyper
     broadcast_keys: ClassVar[tuple[str, ...]] = ("calibrated_head",)
     upload_keys: ClassVar[tuple[str, ...]] = ("counts", "means", "covs")

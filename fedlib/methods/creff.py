@@ -69,6 +69,7 @@ class CReFF(Method):
     name = "creff"
     label = "CReFF"
     paper = "Shang, Lu, Huang & Wang, IJCAI 2022"
+    cite = "shang2022creff"
     Hyper = CreffHyper
     broadcast_keys: ClassVar[tuple[str, ...]] = ("syn_head",)
     upload_keys: ClassVar[tuple[str, ...]] = ("grad_w", "grad_b", "has")

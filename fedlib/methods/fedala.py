@@ -64,6 +64,7 @@ class FedALA(TrainedModelIsPersonal):
     name = "fedala"
     label = "FedALA"
     paper = "Zhang, Hua, Wang, Song, Xue, Ma & Guan, AAAI 2023"
+    cite = "zhang2023fedala"
     Hyper = AlaHyper
 
     def receive(self, ctx):

@@ -36,6 +36,7 @@ class FedASAM(Method):
     name = "fedasam"
     label = "FedASAM"
     paper = "Caldarola, Caputo & Ciccone, ECCV 2022"
+    cite = "caldarola2022fedasam"
     Hyper = AsamHyper
 
     def local_phases(self, ctx):

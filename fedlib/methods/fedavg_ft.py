@@ -19,6 +19,7 @@ class FedAvgFT(Method):
     name = "fedavg_ft"
     label = "FedAvg-FT"
     paper = "FedAvg + local fine-tuning (as in FedGPA 5.1.3)"
+    cite = "mcmahan2017fedavg"
     Hyper = FTHyper
     personalized = True
 

@@ -24,6 +24,7 @@ class FedBABU(FedAvgFT):
     name = "fedbabu"
     label = "FedBABU"
     paper = "Oh et al., ICLR 2022"
+    cite = "oh2022fedbabu"
     Hyper = BabuHyper
     version = 2   # 5 fine-tuning epochs (its paper), not 1
     shared = ("body", "projector")

@@ -1,4 +1,4 @@
-"""FedDC (Gao, Xu, Li, Zhu, Zhang & Ye, CVPR 2022): federated learning with local drift decoupling and
+"""FedDC (Gao, Fu, Li, Chen, Xu & Xu, CVPR 2022): federated learning with local drift decoupling and
 correction.
 
 Each client keeps a drift variable h_i (its local parameters' offset from the global model) and trains
@@ -39,7 +39,8 @@ def _zeros(params: dict) -> dict:
 class FedDC(Method):
     name = "feddc"
     label = "FedDC"
-    paper = "Gao, Xu, Li, Zhu, Zhang & Ye, CVPR 2022"
+    paper = "Gao, Fu, Li, Chen, Xu & Xu, CVPR 2022"
+    cite = "gao2022feddc"
     Hyper = DcHyper
     broadcast_keys: ClassVar[tuple[str, ...]] = ("correction",)
     upload_keys: ClassVar[tuple[str, ...]] = ("correction",)

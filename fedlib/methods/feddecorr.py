@@ -38,6 +38,7 @@ class FedDecorr(Method):
     name = "feddecorr"
     label = "FedDecorr"
     paper = "Shi, Liang, Zhang, Tan & Bai, ICLR 2023"
+    cite = "shi2023feddecorr"
     Hyper = DecorrHyper
 
     def local_loss(self, out, batch, params, ctx):

@@ -82,6 +82,7 @@ class FedETF(Method):
     name = "fedetf"
     label = "FedETF"
     paper = "Li, Shang, He, Lin & Wu, ICCV 2023"
+    cite = "li2023fedetf"
     Hyper = EtfHyper
     shared = PARTS + (EXTRA,)        # encoder, projector and the temperature beta
     personalized = True              # clients are evaluated after their local adaptation

@@ -52,6 +52,7 @@ class FedFA(Method):
     name = "fedfa"
     label = "FedFA"
     paper = "Zhou, Zhang & Tsang, IEEE TMC 2023"
+    cite = "zhou2023fedfa"
     Hyper = FaHyper
     broadcast_keys: ClassVar[tuple[str, ...]] = ("anchors",)
     upload_keys: ClassVar[tuple[str, ...]] = ("anchors", "counts")

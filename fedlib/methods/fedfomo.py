@@ -52,6 +52,7 @@ class FedFomo(Method):
     name = "fedfomo"
     label = "FedFomo"
     paper = "Zhang, Sapra, Fidler, Yeung & Alvarez, ICLR 2021"
+    cite = "zhang2021fedfomo"
     Hyper = FomoHyper
     personalized = True
     has_global_model = False

@@ -87,6 +87,7 @@ class FedGPA(PerClientAggregation, PrototypeSharing):
     name = "fedgpa"
     label = "FedGPA"
     paper = "Han et al., AI Open 6 (2025)"
+    cite = "han2025fedgpa"
     Hyper = GpaHyper
     shared = PARTS
     personalized = True

@@ -62,6 +62,7 @@ class FEDIC(Method):
     name = "fedic"
     label = "FEDIC"
     paper = "Shang, Lu, Cheung & Wang, ICME 2022"
+    cite = "shang2022fedic"
     Hyper = FedicHyper
 
     def init_server(self, server, init):

@@ -149,6 +149,7 @@ class FedMate(PrototypeSharing):
     name = "fedmate"
     label = "FedMate"
     paper = "Yang, Li, Wang, Yu, Wu & He, ECAI 2025"
+    cite = "yang2025fedmate"
     Hyper = MateHyper
     shared = BODY
     personalized = True

@@ -1,4 +1,4 @@
-"""FedNTD (Lee, Kim, Kim, Yun & Kim, NeurIPS 2022): preserve the global model's knowledge of the classes a
+"""FedNTD (Lee, Jeong, Shin, Bae & Yun, NeurIPS 2022): preserve the global model's knowledge of the classes a
 client does not see by not-true distillation.
 
 Local loss (its Eq. 6): CE(q, y) + beta * tau^2 * KL(q~_g^tau || q~^tau), where q~^tau is the softmax at
@@ -38,7 +38,8 @@ def not_true_distillation(student: torch.Tensor, teacher: torch.Tensor, batch, t
 class FedNTD(Method):
     name = "fedntd"
     label = "FedNTD"
-    paper = "Lee, Kim, Kim, Yun & Kim, NeurIPS 2022"
+    paper = "Lee, Jeong, Shin, Bae & Yun, NeurIPS 2022"
+    cite = "lee2022fedntd"
     Hyper = NtdHyper
 
     def local_loss(self, out, batch, params, ctx):

@@ -53,6 +53,7 @@ class FedPAC(PerClientAggregation, PrototypeSharing):
     name = "fedpac"
     label = "FedPAC"
     paper = "Xu, Tong & Huang, ICLR 2023"
+    cite = "xu2023fedpac"
     Hyper = PacHyper
     shared = ("body", "projector")
     personalized = True

@@ -61,6 +61,7 @@ class FedPCL(PrototypeSharing):
     name = "fedpcl"
     label = "FedPCL"
     paper = "Tan et al., NeurIPS 2022"
+    cite = "tan2022fedpcl"
     Hyper = PclHyper
     shared = ()
     personalized = True

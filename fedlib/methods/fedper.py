@@ -8,6 +8,7 @@ class FedPer(Method):
     name = "fedper"
     label = "FedPer"
     paper = "Arivazhagan et al., arXiv:1912.00818"
+    cite = "arivazhagan2019fedper"
     shared = ("body", "projector")
     personalized = True
     has_global_model = False

@@ -16,6 +16,7 @@ class FedPerPlus(FedPer):
     name = "fedperpp"
     label = "FedPer++"
     paper = "Xu, Yan & Huang, IJCNN 2022 (assumed form)"
+    cite = "xu2022fedperpp"
     Hyper = ProxHyper
 
     def local_loss(self, out, batch, params, ctx):

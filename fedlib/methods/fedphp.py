@@ -39,6 +39,7 @@ class FedPHP(Method):
     name = "fedphp"
     label = "FedPHP"
     paper = "Li et al., ECML-PKDD 2021"
+    cite = "li2021fedphp"
     Hyper = PhpHyper
     personalized = True
 

@@ -34,6 +34,7 @@ class FedProc(PrototypeSharing):
     name = "fedproc"
     label = "FedProc"
     paper = "Mu, Shen, Cheng, Geng, Fu, Zhang & Zhang, FGCS 2023"
+    cite = "mu2023fedproc"
     Hyper = ProcHyper
 
     def local_loss(self, out, batch, params, ctx):

@@ -39,6 +39,7 @@ class FedProto(PrototypeSharing):
     name = "fedproto"
     label = "FedProto"
     paper = "Tan et al., AAAI 2022"
+    cite = "tan2022fedproto"
     Hyper = ProtoHyper
     shared = ()
     personalized = True

@@ -19,6 +19,7 @@ class FedProx(Method):
     name = "fedprox"
     label = "FedProx"
     paper = "Li et al., MLSys 2020"
+    cite = "li2020fedprox"
     Hyper = ProxHyper
 
     def local_loss(self, out, batch, params, ctx):

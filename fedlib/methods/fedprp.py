@@ -162,6 +162,7 @@ class FedPRP(GlobalPrototypes):
     name = "fedprp"
     label = "FedPRP"
     paper = "Guo et al., IEEE TNNLS 2024"
+    cite = "guo2024fedprp"
     Hyper = PrpHyper
     shared = ("body", "projector")
     personalized = True

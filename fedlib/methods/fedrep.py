@@ -22,6 +22,7 @@ class FedRep(Method):
     name = "fedrep"
     label = "FedRep"
     paper = "Collins et al., ICML 2021"
+    cite = "collins2021fedrep"
     Hyper = RepHyper
     shared = ("body", "projector")
     personalized = True

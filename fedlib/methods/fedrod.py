@@ -29,6 +29,7 @@ class FedRoD(Method):
     name = "fedrod"
     label = "FedRoD"
     paper = "Chen & Chao, ICLR 2022"
+    cite = "chen2022fedrod"
     shared = PARTS              # body and the generic head
     personalized = True
 

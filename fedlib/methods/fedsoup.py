@@ -1,4 +1,4 @@
-"""FedSoup (Chen, Jiang, Dou, Xu & Zhang, MICCAI 2023): personalization and generalization by selective
+"""FedSoup (Chen, Jiang, Dou, Wang & Li, MICCAI 2023): personalization and generalization by selective
 model interpolation ("model soups").
 
 Clients train as in FedAvg from the received global model. Each client keeps a temporal pool of the
@@ -47,7 +47,8 @@ def greedy_soup(ctx, local: dict, pool: list[dict]) -> tuple[dict, int]:
 class FedSoup(Method):
     name = "fedsoup"
     label = "FedSoup"
-    paper = "Chen, Jiang, Dou, Xu & Zhang, MICCAI 2023"
+    paper = "Chen, Jiang, Dou, Wang & Li, MICCAI 2023"
+    cite = "chen2023fedsoup"
     Hyper = SoupHyper
     personalized = True
     validation_fraction = 0.2

@@ -63,6 +63,7 @@ class GRACE(TrainedModelIsPersonal):
     name = "grace"
     label = "GRACE"
     paper = "Zhang, Fan, Xu, Yao, Zhang & Wang, MICCAI 2023"
+    cite = "zhang2023grace"
     Hyper = GraceHyper
 
     def local_loss(self, out, batch, params, ctx):

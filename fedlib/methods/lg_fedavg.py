@@ -8,6 +8,7 @@ class LGFedAvg(Method):
     name = "lg_fedavg"
     label = "LG-FedAvg"
     paper = "Liang et al., arXiv:2001.01523"
+    cite = "liang2020lgfedavg"
     shared = ("head",)
     personalized = True
     has_global_model = False

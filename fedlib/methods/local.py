@@ -8,6 +8,7 @@ class Local(Method):
     name = "local"
     label = "Local"
     paper = "no communication"
+    cite = None   # no paper: nothing is communicated
     shared = ()
     personalized = True
     has_global_model = False

@@ -28,6 +28,7 @@ class Moon(Method):
     name = "moon"
     label = "MOON"
     paper = "Li et al., CVPR 2021"
+    cite = "li2021moon"
     Hyper = MoonHyper
 
     def init_client(self, state, init):

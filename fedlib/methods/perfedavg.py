@@ -28,6 +28,7 @@ class PerFedAvg(Method):
     name = "perfedavg"
     label = "Per-FedAvg"
     paper = "Fallah, Mokhtari & Ozdaglar, NeurIPS 2020"
+    cite = "fallah2020perfedavg"
     Hyper = PerFedAvgHyper
     personalized = True
 

@@ -91,6 +91,7 @@ class PFedCSPC(TrainedModelIsPersonal):
     name = "pfedcspc"
     label = "pFedCSPC"
     paper = "Meng, Qi, Wu, Du, Li, Cui & Meng, IEEE TNNLS 2025"
+    cite = "meng2025pfedcspc"
     Hyper = CspcHyper
     prediction_variants = ("net",)     # the global model without the knowledge prediction (Table IV's KP row)
     broadcast_keys: ClassVar[tuple[str, ...]] = ("protos", "present", "exemplars", "exemplar_mask")

@@ -35,6 +35,7 @@ class PFedMe(PersonalModel, Method):
     name = "pfedme"
     label = "pFedMe"
     paper = "Dinh, Tran & Nguyen, NeurIPS 2020"
+    cite = "dinh2020pfedme"
     Hyper = PFedMeHyper
 
     def local_phases(self, ctx):

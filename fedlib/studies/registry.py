@@ -38,6 +38,14 @@ class Chapter:
     def study(self) -> ModuleType:
         return importlib.import_module(self.module)
 
+    def methods(self) -> list[str]:
+        """Every method the chapter's tables train at book, reference and paper scale (what it must cite)."""
+        names: dict[str, None] = {}
+        for scale in ("book", "reference", "paper"):
+            for grid in self.study.tables(scale).values():
+                names.update((cfg.method, None) for configs in grid.values() for cfg in configs)
+        return list(names)
+
 
 CHAPTERS: dict[str, Chapter] = {}
 

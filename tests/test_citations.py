@@ -1,0 +1,54 @@
+"""Every method names its paper's entry in the book's bibliography, and every chapter cites its paper and each
+method its tables train, with Jupyter Book's own citation machinery (sphinxcontrib-bibtex)."""
+import re
+from pathlib import Path
+
+import nbformat
+import yaml
+
+from fedlib.methods import METHODS
+from fedlib.studies.registry import chapters
+
+ROOT = Path(__file__).resolve().parents[1]
+BIB = (ROOT / "book" / "references.bib").read_text()
+KEYS = {key for _, key in re.findall(r"@(\w+)\{([^,\s]+),", BIB)}
+
+
+def cited_in(notebook: Path) -> set[str]:
+    text = "\n".join(c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "markdown")
+    return {key.strip() for group in re.findall(r"\{cite(?::[pt])?\}`([^`]+)`", text) for key in group.split(",")}
+
+
+def test_the_bibliography_has_each_key_once_and_every_entry_a_title_and_year():
+    keys = re.findall(r"@\w+\{([^,\s]+),", BIB)
+    assert len(keys) == len(set(keys)), [k for k in keys if keys.count(k) > 1]
+    for entry in re.split(r"\n(?=@)", BIB)[1:]:
+        assert re.search(r"\btitle\s*=", entry) and re.search(r"\byear\s*=\s*\{\d{4}\}", entry), entry[:80]
+
+
+def test_every_method_names_its_papers_entry_or_says_it_has_none():
+    for name, cls in METHODS.items():
+        if "cite" not in vars(cls) and cls.cite == "mcmahan2017fedavg" and name not in ("fedavg", "fedavg_ft"):
+            raise AssertionError(f"{name} inherits FedAvg's citation: give it its own `cite`")
+        assert cls.cite is None or cls.cite in KEYS, f"{name}: cite={cls.cite!r} is not in book/references.bib"
+    assert METHODS["local"].cite is None   # no paper: each client trains alone
+
+
+def test_every_chapter_cites_its_paper_and_every_method_its_tables_train():
+    for name, chapter in chapters().items():
+        notebook = ROOT / "notebooks" / f"{name}.ipynb"
+        if not notebook.exists():   # a chapter registered from outside the book
+            continue
+        cited = cited_in(notebook)
+        assert cited <= KEYS, f"{name} cites keys missing from references.bib: {sorted(cited - KEYS)}"
+        wanted = {METHODS[m].cite for m in chapter.methods()} - {None}
+        assert METHODS[name].cite in cited, f"{name} does not cite its own paper"
+        assert wanted <= cited, f"{name} trains methods it does not cite: {sorted(wanted - cited)}"
+
+
+def test_the_book_loads_the_bibliography_and_lists_it():
+    config = yaml.safe_load((ROOT / "book" / "_config.yml").read_text())
+    assert config["bibtex_bibfiles"] == ["references.bib"]
+    toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())
+    assert "bibliography" in [c["file"] for c in toc["chapters"]]
+    assert "{bibliography}" in (ROOT / "book" / "bibliography.md").read_text()
