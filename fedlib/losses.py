@@ -84,6 +84,28 @@ def prototype_contrastive(z: torch.Tensor, batch, protos: torch.Tensor, tau: flo
     return batch_mean((torch.logsumexp(denominator, 2) - pos).mean(0), batch)
 
 
+def prototype_anchored_contrastive(z: torch.Tensor, batch, protos: torch.Tensor, tau: float,
+                                   views: int = 2) -> torch.Tensor:
+    """FedPCL's official-code loss (its ``ConLoss``), summed over the prototype sets (protos (K, d) or (m, K, d)):
+    each of the ``views`` copies of a sample is a row anchored on the prototype of the sample's class and contrasted
+    with the batch's samples (every view; the row's own copy left out), in the supervised-contrastive form with the
+    positives in the denominator: -mean_{p: y_p = y} log exp(C^y.z_p/tau) / sum_{a != self} exp(C^y.z_a/tau),
+    averaged over the rows. Rows without a positive are skipped (the official code divides 0 by 0 there)."""
+    sets = protos if protos.ndim == 3 else protos.unsqueeze(0)
+    w = sample_weight(batch)
+    valid = torch.ones(len(batch.y), dtype=torch.bool, device=z.device) if w is None else w > 0
+    zz, yy, vv = z.repeat(views, 1), batch.y.repeat(views), valid.repeat(views)
+    n = len(yy)
+    excluded = torch.eye(n, dtype=torch.bool, device=z.device) | ~vv.unsqueeze(0)
+    logits = (torch.einsum("mnd,cd->mnc", sets[:, yy], zz) / tau).masked_fill(excluded, NEG)
+    log_prob = logits - torch.logsumexp(logits, 2, keepdim=True)
+    positives = (yy[:, None] == yy[None, :]) & ~excluded
+    count = positives.sum(1)
+    per_row = -(log_prob * positives).sum(2) / count.clamp_min(1)                          # (m, n)
+    rows = ((count > 0) & vv).to(z.dtype)
+    return ((per_row * rows).sum(1) / rows.sum().clamp_min(1)).sum()
+
+
 def supervised_contrastive(z: torch.Tensor, batch, tau: float) -> torch.Tensor:
     """SupCon (Khosla et al., 2020, L_out): for each anchor, the mean over its positives p of
     -log exp(z.z_p/tau) / sum_{a != anchor} exp(z.z_a/tau); anchors without positives are skipped."""

@@ -125,6 +125,57 @@ def test_prototype_contrastive_by_hand_and_over_sets():
     assert torch.isclose(prototype_contrastive(z, batch, two, 0.5), mean_of_sets)
 
 
+def test_fedpcl_official_loss_by_hand():
+    """Two samples, one per class, on their own prototypes, two identical views, tau = 1: each row's positive is the
+    other view of its sample (similarity 1) among three columns (similarities 0, 1, 0): log(2 + e) - 1 per row."""
+    import math
+
+    from fedlib.losses import prototype_anchored_contrastive
+
+    z = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
+    C = torch.eye(2)
+    batch = Batch(None, torch.tensor([0, 1]))
+    assert math.isclose(float(prototype_anchored_contrastive(z, batch, C, 1.0)), math.log(2 + math.e) - 1,
+                        rel_tol=1e-6)
+    # summed (not averaged) over the m prototype sets, as the official code adds one loss per client
+    assert math.isclose(float(prototype_anchored_contrastive(z, batch, torch.stack([C, C]), 1.0)),
+                        2 * (math.log(2 + math.e) - 1), rel_tol=1e-6)
+
+
+def _official_loop(z, y, sets, tau):
+    """The official ConLoss written as loops over rows and columns (two views of every sample)."""
+    import math
+
+    views = torch.cat([z, z])
+    labels = torch.cat([y, y])
+    total = 0.0
+    for protos in sets:
+        rows = []
+        for i in range(len(views)):
+            anchor = protos[labels[i]]
+            others = [j for j in range(len(views)) if j != i]
+            denominator = sum(math.exp(float(anchor @ views[j]) / tau) for j in others)
+            pos = [j for j in others if labels[j] == labels[i]]
+            rows.append(-sum(float(anchor @ views[j]) / tau - math.log(denominator) for j in pos) / len(pos))
+        total += sum(rows) / len(rows)
+    return total
+
+
+def test_fedpcl_official_loss_matches_a_loop_over_rows_and_skips_padding():
+    from fedlib.losses import prototype_anchored_contrastive
+
+    g = torch.Generator().manual_seed(0)
+    z = torch.nn.functional.normalize(torch.randn(6, 4, generator=g), dim=1)
+    y = torch.tensor([0, 1, 2, 0, 1, 1])
+    sets = torch.nn.functional.normalize(torch.randn(3, 3, 4, generator=g), dim=2)
+    ours = prototype_anchored_contrastive(z, Batch(None, y), sets, 0.5)
+    assert abs(float(ours) - _official_loop(z, y, sets, 0.5)) < 1e-5
+    # a zero-weight row (a padded batch of the batched executors) changes nothing
+    padded = Batch(None, torch.cat([y, torch.tensor([2])]), torch.tensor([1.0] * 6 + [0.0]))
+    z_padded = torch.cat([z, torch.nn.functional.normalize(torch.randn(1, 4, generator=g), dim=1)])
+    assert torch.isclose(prototype_anchored_contrastive(z_padded, padded, sets, 0.5), ours, atol=1e-6)
+
+
 def test_supervised_contrastive_by_hand():
     import math
 

@@ -72,7 +72,8 @@ def test_unknown_backbone_is_a_config_error():
 
 @pytest.mark.parametrize("method, hyper", [("fedpcl", {}), ("fedpcl", {"use_global": False}),
                                            ("fedpcl", {"loss": "supcon"}), ("fedpcl", {"loss": "ce_protodist"}),
-                                           ("fedpcl", {"noise": 0.1}), ("pfedme", {}), ("perfedavg", {})])
+                                           ("fedpcl", {"noise": 0.1}), ("fedpcl", {"loss": "pcl_official"}),
+                                           ("fedpcl", {"loss": "pcl_infonce"}), ("pfedme", {}), ("perfedavg", {})])
 def test_methods_on_frozen_features_learn(method, hyper):
     cfg = make_config(method=method, hyper=hyper, dataset="digit4", data_options={"n_train": 40, "n_test": 20},
                       backbones=["cnn_usps", "cnn_mnist"], partition={"name": "domains"}, num_clients=4, rounds=6,
@@ -81,3 +82,46 @@ def test_methods_on_frozen_features_learn(method, hyper):
     assert record["final"]["personal_local_acc"] > 0.3  # chance: 0.1
     if method == "fedpcl":
         assert record["final"]["uploaded_per_client"] == 10 * 256  # K prototypes of 256 numbers, nothing else
+
+
+def test_fedpcl_official_reading_trains_nothing_in_round_one_and_predicts_by_its_own_prototypes(digit4):
+    """The official code: no prototypes before the first aggregation, so round 1 leaves the projection as it was;
+    global prototypes are the plain mean over the clients that hold a class; prediction is the nearest (squared
+    distance) of the client's own prototypes, never a class it lacks."""
+    import torch
+
+    from fedlib.experiment import build
+
+    cfg = make_config(method="fedpcl", hyper={"loss": "pcl_official"}, dataset="digit4",
+                      data_options={"n_train": 40, "n_test": 20}, backbones=["cnn_usps", "cnn_mnist"],
+                      partition={"name": "domains"}, num_clients=4, rounds=2, local_epochs=1, batch_size=16, lr=1e-2)
+    fed = build(cfg, progress=False)
+    before = {k: v.clone() for k, v in fed.clients[0].model.items()}
+    fed.run_round(0)
+    method, server = fed.method, fed.server
+    assert server.state["local_sets"] is not None
+    assert all(torch.equal(before[k], v) for k, v in fed.clients[0].model.items())   # round 1 trained nothing
+    counts = torch.stack([torch.as_tensor(c.state["counts"]) for c in fed.clients])
+    protos = torch.stack([c.state["protos"] for c in fed.clients])
+    held = (counts > 0).float()
+    plain_mean = (protos * held[..., None]).sum(0) / held.sum(0).clamp_min(1)[:, None]
+    assert torch.allclose(server.state["protos"], plain_mean, atol=1e-6)
+    z = torch.nn.functional.normalize(torch.randn(5, protos.shape[-1]), dim=1)
+    ctx = fed.clients[0]
+    out = type("Out", (), {"z": z, "logits": None})()
+    predicted = method.predict(out, ctx)
+    own = ctx.state["protos"]
+    expected = ((z[:, None] - own[None]) ** 2).sum(2).masked_fill(ctx.state["counts"][None] == 0, 1e9).argmin(1)
+    assert torch.equal(predicted, expected)
+
+
+def test_projection_fc_is_one_linear_layer_on_the_unit_sphere_without_relu():
+    import torch
+
+    from fedlib.models import build_model
+
+    model = build_model("projection_fc", (12,), 10)
+    z = model.body(torch.randn(64, 12))
+    assert torch.allclose(z.norm(dim=1), torch.ones(64), atol=1e-5)
+    assert (z < 0).any()   # no ReLU before the normalisation: negative coordinates survive
+    assert not any(isinstance(m, torch.nn.ReLU) for m in model.modules())

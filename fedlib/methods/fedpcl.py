@@ -14,13 +14,25 @@ Readings: Eq. 6 prints an extra 1/|N_j| in front of weights that already sum to 
 the global prototype with the number of clients holding the class (the norm enters the contrastive
 logits), so fedlib uses the plain size-weighted mean. Before the first aggregation no prototypes
 exist; in that first round each client contrasts against the (detached) class means of its own
-mini-batch. The official code omits L_g; ``use_global=False`` reproduces it (Table 6 ablation).
+mini-batch. ``use_global=False`` drops L_g (Table 6's ablation).
+
+Three readings of the objective (``loss``):
+* "pcl": Eq. 8-10 as printed, the positive prototype outside the denominators; a term can fall to about
+  -2/tau, so its gradient never vanishes;
+* "pcl_infonce": the positive also in the denominators (the InfoNCE form), each term bounded below by 0;
+* "pcl_official": the official code (yuetan031/FedPCL, ``ConLoss`` in lib/losses.py, lib/update.py): each
+  sample is anchored on the prototype of its class and contrasted with the batch's *samples* in two views
+  (``losses.prototype_anchored_contrastive``; fedlib's frozen features carry no augmentation, so the two
+  views are the same features), summed over the m clients' prototype sets padded with the global ones (no
+  separate L_g); global prototypes are the unweighted mean over the clients that hold the class; round 1
+  trains nothing (no prototypes yet); prediction by the smallest squared distance to the client's own,
+  unpadded prototypes.
+The projection's ReLU before the normalisation comes from the official code; the paper names "one fully
+connected layer" only: model ``projection_fc`` is that reading.
 
 Table 5 variants (``loss``): "pcl" (Eq. 10), "ce" (cross-entropy with the linear head),
 "ce_protodist" (CE + lambda * ||z - C_bar^(y)||^2, FedProto's regulariser), "supcon" (supervised
-contrastive loss among the samples of the batch, Khosla et al. 2020). A reading check: "pcl_infonce" is
-Eq. 10 with the positive prototype also in the denominators of Eq. 8-9 (the InfoNCE form), which bounds
-each term below by 0; as printed, a term can fall to about -2/tau.
+contrastive loss among the samples of the batch, Khosla et al. 2020).
 """
 from dataclasses import dataclass
 from typing import ClassVar
@@ -30,12 +42,20 @@ import torch.nn.functional as F
 
 from fedlib.engine.core import derived_seed
 from fedlib.errors import ConfigError
-from fedlib.losses import cross_entropy, prototype_contrastive, prototype_mse, sample_weight, supervised_contrastive
+from fedlib.losses import (
+    cross_entropy,
+    prototype_anchored_contrastive,
+    prototype_contrastive,
+    prototype_mse,
+    sample_weight,
+    supervised_contrastive,
+)
 from fedlib.methods.base import Hyper, PrototypeSharing, positive
 from fedlib.methods.registry import register
 from fedlib.prototypes import batch_class_means, pad_prototypes
 
-LOSSES = ("pcl", "ce", "ce_protodist", "supcon", "pcl_infonce")
+LOSSES = ("pcl", "ce", "ce_protodist", "supcon", "pcl_infonce", "pcl_official")
+OFFICIAL = "pcl_official"
 
 
 @dataclass
@@ -90,6 +110,8 @@ class FedPCL(PrototypeSharing):
         if hp.loss == "supcon":
             return supervised_contrastive(z, batch, hp.tau)
         glob, sets = ctx.received["protos"], ctx.received["local_sets"]
+        if hp.loss == OFFICIAL:   # the official code: nothing to contrast with before the first aggregation
+            return _zero_like(z) if sets is None else prototype_anchored_contrastive(z, batch, sets, hp.tau)
         if glob is None:  # first round: the batch's own class means stand in for prototypes
             means, _ = batch_class_means(z.detach(), batch.y, ctx.num_classes, sample_weight(batch))
             glob, sets = means, means.unsqueeze(0)
@@ -109,8 +131,12 @@ class FedPCL(PrototypeSharing):
         ctx.state["protos"], ctx.state["counts"] = up["protos"], up["counts"]
         return up
 
+    def prototype_weights(self, counts):
+        # Eq. 6: size-weighted; the official code: the plain mean over the clients that hold the class
+        return (counts > 0).to(counts.dtype) if self.hp.loss == OFFICIAL else counts
+
     def aggregate(self, server, uploads):
-        super().aggregate(server, uploads)  # size-weighted global prototypes (Eq. 6)
+        super().aggregate(server, uploads)  # global prototypes (Eq. 6)
         ups = list(uploads.values())
         server.state["local_sets"] = pad_prototypes(torch.stack([u["protos"] for u in ups]),
                                                     torch.stack([u["counts"] for u in ups]),
@@ -119,8 +145,12 @@ class FedPCL(PrototypeSharing):
     def predict(self, out, ctx, variant=None):
         if self.hp.loss in ("ce", "ce_protodist") or "protos" not in ctx.state:
             return out.logits.argmax(1)
+        z = self.embed(out.z)
+        if self.hp.loss == OFFICIAL:   # nearest own prototype (squared distance), never a class it lacks
+            distance = torch.cdist(z, ctx.state["protos"].to(z)).square()
+            return distance.masked_fill(ctx.state["counts"][None] == 0, float("inf")).argmin(1)
         own = pad_prototypes(ctx.state["protos"][None], ctx.state["counts"][None], ctx.received["protos"])[0]
-        return (self.embed(out.z) @ own.T).argmax(1)
+        return (z @ own.T).argmax(1)
 
 
 def _zero_like(z):

@@ -126,6 +126,13 @@ def projection(input_shape, num_classes: int, dim: int = 256) -> SplitModel:
                       dim, num_classes)
 
 
+def projection_fc(input_shape, num_classes: int, dim: int = 256) -> SplitModel:
+    """FedPCL's projection read as the paper words it ("one fully connected layer"): fc -> L2 normalisation, no
+    ReLU (the official code's ReLU lets a sample's projection become all-zero, see the FedPCL chapter)."""
+    return SplitModel(nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), dim), L2Normalize()),
+                      dim, num_classes)
+
+
 def mlp(input_shape, num_classes: int, hidden: int = 128) -> SplitModel:
     return SplitModel(nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), nn.ReLU()),
                       hidden, num_classes)
@@ -133,7 +140,7 @@ def mlp(input_shape, num_classes: int, hidden: int = 128) -> SplitModel:
 
 MODELS = {"cnn2": cnn2, "cnn3": cnn3, "cnn_fedavg": cnn_fedavg, "cnn_cspc": cnn_cspc, "resnet18": resnet18,
           "resnet18_cspc": resnet18_cspc,
-          "mlp": mlp, "projection": projection}
+          "mlp": mlp, "projection": projection, "projection_fc": projection_fc}
 DEFAULT_MODEL = {"fmnist": "cnn2", "mnist": "cnn2", "emnist": "cnn2", "digits": "cnn2", "usps": "cnn2",
                  "cifar10": "cnn3", "cifar100": "cnn3", "svhn": "cnn3", "digit4": "cnn3"}
 
