@@ -507,15 +507,34 @@ def table1(table2_runs: dict, scale: str) -> tuple[list[dict], list]:
 
 
 # ---------------------------------------------------------------------- the committed paper-scale records
+# the readings of FedPCL's objective and projection (fedlib.methods.fedpcl): (hyperparameters, model)
+READINGS = {
+    "pcl": ({}, None),                                       # Eq. 8-10 as printed, the official code's projection
+    "pcl_infonce": ({"loss": "pcl_infonce"}, None),         # the positive also in the denominators
+    "pcl_official": ({"loss": "pcl_official"}, None),       # the official code's loss, aggregation and prediction
+    "pcl_no_relu": ({}, "projection_fc"),                   # as printed, the paper's one fc layer (no ReLU)
+}
+READING_LABELS = {"pcl": "as printed: L_g + L_p (Eq. 10)", "pcl_infonce": "InfoNCE denominators (positive included)",
+                  "pcl_official": "the official code's loss and prediction (ConLoss)",
+                  "pcl_no_relu": "as printed, projection without ReLU (one fc layer)"}
+
+
 def reading_grid(scale: str) -> dict:
-    """FedPCL under feature shift (three backbones) as printed and with the InfoNCE denominators (a reading check)."""
+    """FedPCL under feature shift (three backbones) in each reading of ``READINGS`` (a reading check)."""
     seeds = scale_info(scale)["headline_seeds"]
-    return {
-        loss: with_seeds(
-            config("fedpcl", "feature shift", MULTI, scale, hyper={} if loss == "pcl" else {"loss": loss}), seeds
-        )
-        for loss in ("pcl", "pcl_infonce")
-    }
+    return {name: with_seeds(config("fedpcl", "feature shift", MULTI, scale, hyper=hyper, model=model), seeds)
+            for name, (hyper, model) in READINGS.items()}
+
+
+def predicted_share(records: list[dict], cls: int = 0) -> float:
+    """Share (%) of the clients' local test images that the final models predict as class ``cls`` (from the records'
+    confusion counts, mean over clients and seeds): all-zero projections score 0 with every prototype, and an
+    argmax over equal scores picks class 0."""
+    import numpy as np
+
+    shares = [C[:, :, cls].sum(1) / C.sum((1, 2)).clip(min=1)
+              for C in (np.asarray(r["final_confusions"]["personal_local"], dtype=float) for r in records)]
+    return float(np.mean(shares) * 100)
 
 
 def paper_scale_grid() -> dict:
@@ -610,24 +629,27 @@ def reading_check() -> tuple[list[dict], dict]:
 
     from fedlib.studies.common import stored_grid
 
-    grids = {"as printed: L_g + L_p (Eq. 10)": reading_grid("paper")["pcl"],
+    readings = reading_grid("paper")
+    grids = {READING_LABELS["pcl"]: readings["pcl"],
              "L_g only (global prototypes)": table6_grid("paper")[("global only", "feature shift")],
              "L_p only (local prototypes)": table6_grid("paper")[("local only", "feature shift")],
-             "InfoNCE denominators (positive included)": reading_grid("paper")["pcl_infonce"]}
+             **{READING_LABELS[name]: readings[name] for name in READINGS if name != "pcl"}}
     stored = stored_grid("fedpcl", grids)
     rows, runs = [], {}
     for label, cell in stored.items():
         recs = cell["records"]
         runs[label] = recs
         if not recs:
-            rows.append({"variant": label, "seeds": 0, "last": "-", "best": "-", "best at round": "-"})
+            rows.append({"variant": label, "seeds": 0, "last": "-", "best": "-", "best at round": "-",
+                         "predicted as class 0 (%)": "-"})
             continue
         curves = np.array([[row["personal_local_acc"] for row in r["history"] if "personal_local_acc" in row]
                            for r in recs]) * 100
         evaluated = [row["round"] for row in recs[0]["history"] if "personal_local_acc" in row]
         mean = curves.mean(0)
         rows.append({"variant": label, "seeds": len(recs), "last": fmt(mean_std(recs)),
-                     "best": f"{mean.max():.2f}", "best at round": evaluated[int(mean.argmax())]})
+                     "best": f"{mean.max():.2f}", "best at round": evaluated[int(mean.argmax())],
+                     "predicted as class 0 (%)": f"{predicted_share(recs):.1f}"})
     return rows, runs
 
 
