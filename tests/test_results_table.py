@@ -172,8 +172,18 @@ def test_each_table_names_the_record_file_of_every_run_and_the_command_that_reco
     monkeypatch.setitem(CURRENT, "chapter", "fedgpa")
     monkeypatch.setattr(results, "path_of", lambda chapter, key: type("P", (), {"exists": lambda self: True})())
     paper = ResultsTable([{"method": "FedGPA", "acc": "50.00 (n=1)"}], [record], "paper")._repr_html_()
-    assert "fedgpa, fmnist, seed 2: <code>results/fedgpa/0123456789abcdef.json</code>" in paper
-    assert "python -m fedlib records fedgpa" in paper
+    assert "fedgpa, fmnist, seed 2: <code>results/fedgpa/0123456789abcdef.json</code> (committed)" in paper
+    assert "python -m fedlib records fedgpa --scale paper: runs what is missing" in paper
+    assert "(committed under results/)" in paper
     monkeypatch.setattr(results, "path_of", lambda chapter, key: type("P", (), {"exists": lambda self: False})())
     book = ResultsTable([{"method": "FedGPA", "acc": "50.00 (n=1)"}], [record], "book")._repr_html_()
-    assert "<code>.fedlib-cache/0123456789abcdef.json</code>" in book and "fedlib book --config book" in book
+    # a run made by this build is not in the repository: no path into the git-ignored cache is given as its source
+    assert "run 0123456789abcdef, computed when this page was built" in book and ".fedlib-cache/0123" not in book
+    assert "(computed at build time)" in book and "fedlib book --config book" in book
+    other = {**record, "key": "fedcba9876543210", "seed": 3}
+    committed = "0123456789abcdef"
+    monkeypatch.setattr(results, "path_of", lambda _, key: type("P", (), {"exists": lambda s: key == committed})())
+    mixed = ResultsTable([{"method": "FedGPA", "acc": "50.00 (n=2)"}], [record, other], "reference")._repr_html_()
+    assert "(1 committed under results/, 1 computed at build time)" in mixed
+    assert "python -m fedlib records fedgpa --scale reference" in mixed
+

@@ -212,24 +212,30 @@ class ResultsTable:
         if not self.records:
             return ""
         from fedlib import results
+        from fedlib.experiment.config import RECORDED_SCALES
 
         chapter = CURRENT["chapter"]
-        items = []
+        items, built = [], 0
         for r in self.records:
             c = r["config"]
-            stored = chapter and results.path_of(chapter, r["key"]).exists()
-            path = f"results/{chapter}/{r['key']}.json" if stored else f".fedlib-cache/{r['key']}.json"
-            items.append(f"<li>{html.escape(str(c['method']))}, {html.escape(str(c['dataset']))}, seed {r['seed']}: "
-                         f"<code>{path}</code></li>")
-        if self.scale == "paper" and chapter:
-            command = (f"python -m fedlib records {chapter}: runs what is missing (delete a file under "
-                       f"results/{chapter}/ to recompute it)")
+            label = f"{html.escape(str(c['method']))}, {html.escape(str(c['dataset']))}, seed {r['seed']}"
+            if chapter and results.path_of(chapter, r["key"]).exists():
+                items.append(f"<li>{label}: <code>results/{chapter}/{r['key']}.json</code> (committed)</li>")
+            else:   # made when this page was built: kept in the builder's cache, not in the repository
+                built += 1
+                items.append(f"<li>{label}: run {r['key']}, computed when this page was built</li>")
+        if self.scale in RECORDED_SCALES and chapter:
+            command = (f"python -m fedlib records {chapter} --scale {self.scale}: runs what is missing (delete a "
+                       f"file under results/{chapter}/ to recompute it)")
         else:
             command = (f"python -m fedlib book --config {self.scale or 'book'}: re-executes the chapter, reading "
-                       "cached runs (delete a file under .fedlib-cache/ to recompute it)")
-        return (f"<details class='records'><summary>the {len(items)} records behind this table and the command "
-                f"that recomputes it</summary><p><code>{html.escape(command)}</code></p><ul>{''.join(items)}</ul>"
-                "</details>")
+                       "finished runs from the result cache (.fedlib-cache/, not committed; delete a run's file "
+                       "there to recompute it)")
+        where = (f"{len(items) - built} committed under results/, {built} computed at build time" if built and
+                 built < len(items) else "computed at build time" if built else "committed under results/")
+        return (f"<details class='records'><summary>the {len(items)} records behind this table ({where}) and the "
+                f"command that recomputes it</summary><p><code>{html.escape(command)}</code></p>"
+                f"<ul>{''.join(items)}</ul></details>")
 
     def unexplained(self) -> bool:
         """Book scale must train: cells below twice chance need a reason (``at_chance``)."""
