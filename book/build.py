@@ -143,6 +143,49 @@ def tables_at_chance(executed: Path) -> list[str]:
     return found
 
 
+def merge_parameters(executed: Path) -> bool:
+    """One Parameters cell in the book: the values papermill injected replace the defaults in the notebook's own
+    parameters cell (its comments kept, "set by this build" added), and the injected cell is dropped. A cell whose
+    assignments are not one line each is left as papermill wrote it. Returns whether the notebook changed."""
+    import ast
+
+    import nbformat
+
+    nb = nbformat.read(str(executed), as_version=4)
+    tagged = {tag: i for i, c in enumerate(nb.cells) for tag in c.metadata.get("tags", [])}
+    if "parameters" not in tagged or "injected-parameters" not in tagged:
+        return False
+    own, injected = nb.cells[tagged["parameters"]], nb.cells[tagged["injected-parameters"]]
+    try:
+        values = {node.targets[0].id: ast.get_source_segment(injected.source, node.value)
+                  for node in ast.parse(injected.source).body
+                  if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)}
+        assigned = [node for node in ast.parse(own.source).body if isinstance(node, ast.Assign)]
+    except SyntaxError:
+        return False
+    if any(node.lineno != node.end_lineno for node in assigned):
+        return False
+    lines = own.source.split("\n")
+    names = {node.targets[0].id: node for node in assigned
+             if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)}
+    if not set(values) <= set(names):
+        return False
+    for name, value in values.items():
+        node = names[name]
+        line = lines[node.lineno - 1]
+        default = line[node.value.col_offset:node.value.end_col_offset]
+        if default == value:
+            continue
+        comment = line[node.value.end_col_offset:]
+        note = f"  # set by this build (the notebook's default: {default})"
+        lines[node.lineno - 1] = line[:node.value.col_offset] + value + (
+            comment.rstrip() + f"; set by this build (default {default})" if comment.strip() else note)
+    own.source = "\n".join(lines)
+    del nb.cells[tagged["injected-parameters"]]
+    nbformat.write(nb, str(executed))
+    return True
+
+
 def execute(notebook: str, name: str, conf: dict) -> tuple[bool, float]:
     """Run one notebook configuration with papermill unless its stamp says it is up to date."""
     import papermill
@@ -176,6 +219,8 @@ def execute(notebook: str, name: str, conf: dict) -> tuple[bool, float]:
                     f"{notebook} [{name}]: {len(unexplained)} results tables show models below twice chance and do "
                     f"not say why ({'; '.join(unexplained)}): train them longer at this scale, or pass "
                     f"show_table(..., at_chance='why') where that is the finding; see {os.path.relpath(failed, ROOT)}")
+            if src != out:   # a page of the book (the committed ci notebooks keep papermill's cells: they are sources)
+                merge_parameters(tmp_out)
             shutil.move(str(tmp_out), out)  # only a finished notebook replaces the old one
     finally:
         if env_before is None:

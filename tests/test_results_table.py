@@ -187,3 +187,31 @@ def test_each_table_names_the_record_file_of_every_run_and_the_command_that_reco
     assert "(1 committed under results/, 1 computed at build time)" in mixed
     assert "python -m fedlib records fedgpa --scale reference" in mixed
 
+
+
+def test_a_book_page_shows_one_parameters_cell_with_the_values_of_its_build(tmp_path):
+    """papermill leaves the notebook's parameters cell (defaults, commented) and adds its injected cell; the book
+    shows one cell: the defaults replaced by the injected values, their comments kept, the injected cell gone."""
+    import importlib.util
+
+    import nbformat
+
+    spec = importlib.util.spec_from_file_location("build", "book/build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Title"),
+                nbformat.v4.new_code_cell('scale = "book"      # ci | book | paper\nsettings = [1, 2, 3]\nseeds = 3',
+                                          metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell('# Parameters\nscale = "book"\nsettings = [1, 2]\n',
+                                          metadata={"tags": ["injected-parameters"]}),
+                nbformat.v4.new_code_cell("print(scale)")]
+    path = tmp_path / "page.ipynb"
+    nbformat.write(nb, str(path))
+    assert build.merge_parameters(path)
+    merged = nbformat.read(str(path), as_version=4)
+    assert [c.metadata.get("tags", []) for c in merged.cells[1:3]] == [["parameters"], []]
+    assert merged.cells[1].source == ('scale = "book"      # ci | book | paper\n'
+                                      "settings = [1, 2]  # set by this build (the notebook's default: [1, 2, 3])\n"
+                                      "seeds = 3")
+    assert not build.merge_parameters(path)   # nothing injected any more: unchanged
