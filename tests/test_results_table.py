@@ -215,3 +215,31 @@ def test_a_book_page_shows_one_parameters_cell_with_the_values_of_its_build(tmp_
                                       "settings = [1, 2]  # set by this build (the notebook's default: [1, 2, 3])\n"
                                       "seeds = 3")
     assert not build.merge_parameters(path)   # nothing injected any more: unchanged
+
+
+def test_majority_share_is_the_largest_class_of_each_local_test_allocation():
+    from fedlib.data.partition import majority_share
+
+    # fraction 1: the local test mirrors the training counts exactly; 6 of 10 and 3 of 4
+    assert majority_share([[6, 2, 2, 0], [1, 3, 0, 0]], 1.0).tolist() == [0.6, 0.75]
+    # fraction 0.5 of 10 images: 5 test images split 3-1-1 by largest remainder
+    assert majority_share([[6, 2, 2, 0]], 0.5).tolist() == [0.6]
+
+
+def test_a_local_test_table_is_marked_against_the_majority_floor_and_a_balanced_one_against_chance():
+    from fedlib.studies.report import ResultsTable, balanced, local
+
+    recs = [{"config": {"dataset": "fmnist", "num_clients": 2, "rounds": 1, "method": "fedavg", "model": None,
+                        "partition": {"name": "skew", "test_fraction": 1.0}},
+             "final": {}, "seed": 0, "train_counts": [[6, 2, 2, 0], [1, 3, 0, 0]], "history": []}]
+    rows = [{"method": "A", "acc": "60.00 (n=1)"}, {"method": "B", "acc": "67.50 (n=1)"},
+            {"method": "C", "acc": "90.00 (n=1)"}]
+    on_local = ResultsTable(rows, recs, "ci", local("each client's local test set"))
+    assert "majority floor: 67.5% (always the client's most frequent class" in on_local.caption
+    assert on_local.df["acc"].tolist() == ["60.00 (n=1) †", "67.50 (n=1) †", "90.00 (n=1)"]   # at or below the floor
+    assert "† at or below that floor" in on_local.caption
+    on_balanced = ResultsTable(rows, recs, "ci", balanced("the balanced test set"))
+    assert "chance: 25% (a uniform guess over 4 classes)" in on_balanced.caption and on_balanced.marked == 0
+    both = ResultsTable(rows, recs, "ci", balanced("global") + "; " + local("local"))
+    assert "chance on the balanced test set: 25%" in both.caption and "majority floor: 67.5%" in both.caption
+    assert both.marked == 0   # several test sets: the lowest threshold (twice chance, 50%) marks the cells

@@ -358,6 +358,17 @@ def local_test_indices(test_labels: np.ndarray, train_counts: np.ndarray, fracti
     return out
 
 
+def majority_share(train_counts, fraction: float = 0.25) -> np.ndarray:
+    """Per client, the share of its local test set (``local_test_indices``'s allocation: round(fraction n_i) images
+    split over its classes by largest remainder) that its most frequent class holds: the accuracy of always
+    predicting the client's majority class there."""
+    shares = []
+    for counts in np.asarray(train_counts):
+        need = largest_remainder(counts, max(1, int(round(fraction * counts.sum()))))
+        shares.append(need.max() / need.sum())
+    return np.asarray(shares)
+
+
 def class_counts(labels: np.ndarray, parts: list[np.ndarray], num_classes: int) -> np.ndarray:
     """Client x class matrix of sample counts."""
     return np.stack([np.bincount(labels[p], minlength=num_classes) for p in parts])

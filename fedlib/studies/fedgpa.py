@@ -24,6 +24,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
 )
 from fedlib.studies.grid import Scales
 from fedlib.studies.registry import register_chapter
+from fedlib.studies.report import local
 
 METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "scaffold", "fedper", "lg_fedavg", "fedbabu", "fedpac",
            "fedgpa"]
@@ -291,7 +292,7 @@ def complete_settings(stored: dict, s_values=(20, 80)) -> list[int]:
 
 
 # ---------------------------------------------------------------------- the chapter's tables and figures
-LOCAL_TEST = "each client's local test set (test images drawn with the client's own label mix)"
+LOCAL_TEST = local("each client's local test set (test images drawn with the client's own label mix)")
 TABLE_OF_SETTING = {1: 2, 2: 4, 3: 5}   # the paper's table for each setting (FMNIST columns)
 
 

@@ -28,6 +28,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
 )
 from fedlib.studies.grid import Scales, convergence_grid
 from fedlib.studies.registry import register_chapter
+from fedlib.studies.report import balanced, local
 
 TABLE1 = ["local", "fedavg_ft", "fedproto", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac", "fedmate"]
 TABLE2 = ["local", "fedavg_ft", "moon", "fedproto", "fedfa", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac",
@@ -245,14 +246,14 @@ def verdicts(table1: dict, table2: dict, repeat: dict | None, cft: dict | None, 
 
 
 # ---------------------------------------------------------------------- the chapter's tables and figures
-LOCAL_TEST = "each client's personalized model on a test set drawn with its own label mix"
+LOCAL_TEST = local("each client's personalized model on a test set drawn with its own label mix")
 FIG_METHODS = ["fedfa", "fedpac", "fedproto", "fedmate"]
 REPEAT_METHODS = ["fedproto", "fedrep", "fedpac", "fedmate"]
 
 
 def balanced_test(scale: str) -> str:
     size = scale_info(scale)["global_test"] or "all"
-    return f"each client's personalized model on the balanced test set ({size} images)"
+    return balanced(f"each client's personalized model on the balanced test set ({size} images)")
 
 
 def _table1_config(row: str, cell, scale: str, seed: int) -> Config:

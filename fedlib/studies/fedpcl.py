@@ -12,6 +12,7 @@ from fedlib.plots import chance_line
 from fedlib.studies.common import RUNTIME, fmt, mean_std, method_labels, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
 from fedlib.studies.grid import Scales
 from fedlib.studies.registry import register_chapter
+from fedlib.studies.report import local
 
 SINGLE = ["effnet_lite0"]
 MULTI = ["effnet_lite0", "effnet_lite1", "effnet_lite2"]
@@ -210,7 +211,8 @@ def verdicts(table2: dict, label_shift_runs: dict | None = None, t5_runs: dict |
 
 
 # ---------------------------------------------------------------------- the chapter's tables and figures
-LOCAL_TEST = "each client's local test images (its own domain; under label shift, drawn with its own label mix)"
+LOCAL_TEST = local("each client's local test images (its own domain; under label shift, drawn with its own label "
+                   "mix)")
 NAMES_T5 = {"ce": "Cross Entropy", "ce_protodist": "Cross Entropy + ProtoDist", "supcon": "Supervised Contrastive",
             "pcl": "FedPCL (Eq. 10)"}
 VARIANTS_T6 = {"global only": {"use_local": False}, "local only": {"use_global": False}, "global and local": {}}

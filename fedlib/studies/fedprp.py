@@ -27,6 +27,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
 )
 from fedlib.studies.grid import Scales, convergence_grid
 from fedlib.studies.registry import register_chapter
+from fedlib.studies.report import balanced, local
 
 METHODS = ["apfl", "fedrep", "fedprox", "fedproto", "fedrod", "fedphp", "fedavg", "fedic", "creff", "fedprp"]
 LABELS = method_labels(METHODS)
@@ -281,9 +282,9 @@ def time_per_round(records: list[dict]) -> float:
 
 
 # ---------------------------------------------------------------------- the chapter's tables and figures
-A_LOC = "A_loc: each participant's personalized model on the balanced test set"
-A_GLO = "A_glo: the global model on the balanced test set"
-A_SEL = "A_sel: each participant's model on a test set drawn with its own label mix"
+A_LOC = balanced("A_loc: each participant's personalized model on the balanced test set")
+A_GLO = balanced("A_glo: the global model on the balanced test set")
+A_SEL = local("A_sel: each participant's model on a test set drawn with its own label mix")
 KINDS = ("shards", "dirichlet")
 
 

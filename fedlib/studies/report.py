@@ -91,6 +91,44 @@ def _listed(values, limit: int = 3) -> str:
     return ", ".join(values) if len(values) <= limit else f"{', '.join(values[:limit])} and {len(values) - limit} more"
 
 
+class Tested(str):
+    """What a results table's accuracies were measured on (the text its provenance line prints), and the floor of a
+    trivial predictor there: "uniform" (a balanced test set: a uniform guess, 1/K) or "majority" (each client's local
+    test set, drawn with its own label mix: always its majority class, mean over clients). Joined with ``+``, the
+    parts keep their floors (a table of a global and a local metric states both)."""
+
+    def __new__(cls, text: str, floor: str = "uniform", parts: tuple = ()):
+        out = super().__new__(cls, text)
+        out.floor, out.parts = floor, parts or ((floor, str(text)),)
+        return out
+
+    def __add__(self, other):
+        parts = tuple(dict.fromkeys(self.parts + (other.parts if isinstance(other, Tested) else ())))
+        floors = {f for f, _ in parts}
+        return Tested(str(self) + str(other), floors.pop() if len(floors) == 1 else "mixed", parts)
+
+    def __radd__(self, other):   # plain text before a description: the description's floors
+        return Tested(str(other) + str(self), self.floor, self.parts)
+
+
+def balanced(text: str) -> Tested:
+    return Tested(text, "uniform")
+
+
+def local(text: str) -> Tested:
+    return Tested(text, "majority")
+
+
+def majority_floor(records: list[dict]) -> float | None:
+    """The "majority" floor (%) of the records' local test sets (fedlib.data.partition.majority_share), mean over
+    clients and records; None where no record has its clients' class counts."""
+    from fedlib.data.partition import majority_share
+
+    shares = [majority_share(r["train_counts"], (r["config"].get("partition") or {}).get("test_fraction", 0.25)).mean()
+              for r in records if r.get("train_counts")]
+    return float(np.mean(shares) * 100) if shares else None
+
+
 def provenance_line(records: list[dict], scale: str, test_set: str) -> str:
     """One line saying what a results table is made of: scale, data, model, test set, seeds and how the
     spread is computed, code version, device, wall time."""
@@ -157,20 +195,39 @@ class ResultsTable:
         self.keys, self.max_columns = keys, max_columns
         self.caption = provenance_line(self.records, scale, test_set) if self.records else ""
         self.note = note
-        self.scale, self.at_chance, self.marked = scale, at_chance, 0
+        self.scale, self.at_chance, self.marked, self.test_set = scale, at_chance, 0, test_set
         self._mark_near_chance(classes)
 
+    def _floors(self, classes: int | None) -> list[tuple[float, str, str]]:
+        """(threshold %, the floor as the caption states it, the dagger's rule) for each test set the table reads
+        (``Tested``); a plain text is a balanced test set. A uniform guess marks cells below twice its accuracy; a
+        majority-class floor marks cells at or below it."""
+        parts = self.test_set.parts if isinstance(self.test_set, Tested) else (("uniform", str(self.test_set)),)
+        out = []
+        for floor in dict.fromkeys(f for f, _ in parts):
+            if floor == "majority" and (value := majority_floor(self.records)) is not None:
+                out.append((value, f"majority floor: {value:.1f}% (always the client's most frequent class, on each "
+                                   "client's local test set, mean over clients)", "at or below that floor"))
+            elif classes:
+                chance = 100 / classes
+                label = "chance" if len(parts) == 1 else "chance on the balanced test set"
+                out.append((2 * chance, f"{label}: {chance:.0f}% (a uniform guess over {classes} classes)",
+                            "below twice chance"))
+        return out
+
     def _mark_near_chance(self, classes: int | None = None) -> None:
-        """Our accuracy cells (``fmt``'s "mean ± std (n=k)") below twice chance get a dagger, and the caption
-        states the chance level (a uniform guess over the classes of the records' data)."""
+        """Our accuracy cells (``fmt``'s "mean ± std (n=k)") near the floor of a trivial predictor on the test set
+        they read get a dagger (``_floors``; with several test sets, the lowest threshold), and the caption states
+        each floor."""
         import re
 
         counts = [r["train_counts"] for r in self.records if r.get("train_counts")]
         if counts:
             classes = len(counts[0][0])
-        if not classes:
+        floors = self._floors(classes)
+        if not floors:
             return
-        chance = 100 / classes
+        threshold, _, rule = min(floors)
         ours = re.compile(r"^(\d+\.\d+)( ± \d+\.\d+)? \(n=\d+\)$")
         found = marked = 0
         for col in self.df.columns[self.keys:]:
@@ -180,13 +237,14 @@ class ResultsTable:
                 m = ours.match(str(value))
                 if m:
                     found += 1
-                    if float(m.group(1)) < 2 * chance:
+                    if float(m.group(1)) < threshold or (rule.startswith("at or below") and
+                                                          float(m.group(1)) <= threshold):
                         self.df.at[i, col] = f"{value} †"
                         marked += 1
         if found:
-            line = f"chance: {chance:.0f}% (a uniform guess over {classes} classes)"
+            line = "; ".join(text for _, text, _ in floors)
             if marked:
-                line += f"; † below twice chance: at this budget that model barely trained ({marked} cells)"
+                line += f"; † {rule}: at this budget that model barely trained ({marked} cells)"
                 if self.at_chance:
                     line += f": {self.at_chance}"
             self.caption = f"{self.caption}; {line}" if self.caption else line
