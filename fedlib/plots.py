@@ -82,6 +82,14 @@ def learning_curves(records_by_label: dict[str, list[dict]], metric: str = "pers
     return ax
 
 
+def floor_line(ax, floor: float | None, axis: str = "y") -> None:
+    """The majority-class floor (%) of a metric read on the clients' local test sets (a model that always predicts
+    each client's most frequent class scores it; ``fedlib.studies.report.majority_floor``) as a dashed line."""
+    if floor is not None:
+        draw = ax.axhline if axis == "y" else ax.axvline
+        draw(floor, color="0.4", ls="--", lw=1, label=f"majority floor ({floor:.0f}%)")
+
+
 def chance_line(ax, classes: int = 10, axis: str = "y") -> None:
     """The accuracy of a uniform guess (100 / classes %) as a dotted line: a model near it did not train.
     Every dataset of the book's chapters has 10 classes."""

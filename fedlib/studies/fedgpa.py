@@ -10,7 +10,7 @@ import numpy as np
 
 from fedlib.data.partition import fedgpa_setting
 from fedlib.experiment import Config, make_config
-from fedlib.plots import chance_line
+from fedlib.plots import chance_line, floor_line
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     RUNTIME,
     convergence_grid,
@@ -24,7 +24,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
 )
 from fedlib.studies.grid import Scales
 from fedlib.studies.registry import register_chapter
-from fedlib.studies.report import local
+from fedlib.studies.report import local, majority_floor
 
 METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "scaffold", "fedper", "lg_fedavg", "fedbabu", "fedpac",
            "fedgpa"]
@@ -340,8 +340,10 @@ def plot_against_paper(runs: dict, settings, s_values, methods, scale: str):
         ax.set_xlabel("paper (%)")
         ax.grid(alpha=0.3)
     axes[0].set_ylabel(f"ours at scale {scale} (%)")
+    floor = majority_floor([r for recs in runs.values() for r in recs])
     for ax in axes:
         chance_line(ax)
+        floor_line(ax, floor)
     axes[0].legend()
     fig.suptitle("Each method: our accuracy against the paper's")
     fig.tight_layout()
@@ -544,6 +546,7 @@ def plot_convergence(longer: dict, paper: dict, R: int):
     ax.set_ylabel("personalized accuracy (%)")
     ax.set_title("FMNIST Setting 1, s = 20, seed 0")
     chance_line(ax)
+    floor_line(ax, majority_floor([r for recs in (*paper.values(), *longer.values()) for r in recs]))
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
     return fig
