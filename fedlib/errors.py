@@ -71,7 +71,7 @@ def _rule(annotation):
         return (lambda v: isinstance(v, numbers.Integral) and not isinstance(v, bool), "an integer")
     if base is float:   # the math runs in float32: a value beyond its range overflows deep inside PyTorch
         return (lambda v: isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
-                and abs(v) <= FLOAT32_MAX, "a finite number (within float32's range, |x| <= 3.4e38)")
+                and abs(float(v)) <= FLOAT32_MAX, "a finite number (within float32's range, |x| <= 3.4e38)")
     if base is str:
         return (lambda v: isinstance(v, str), "a string")
     if base is dict:

@@ -146,7 +146,7 @@ def _idx_split(folders: list[Path], prefix: str, name: str, how: str, test: str 
                 raise DataNotFoundError(
                     f"dataset '{name}': {exc}; restore the file (reinstall its package): {how}"
                 ) from None
-            return Arrays(*arrays, files=tuple(found))
+            return Arrays(arrays[0], arrays[1], arrays[2], arrays[3], files=(found[0], found[1], found[2], found[3]))
     searched = ", ".join(str(f) for f in folders)
     raise DataNotFoundError(f"dataset '{name}': IDX files not found in {searched}; {how}")
 
@@ -232,8 +232,9 @@ def read_cifar(folder: Path, train_files: list[str], test_files: list[str], labe
     def where(files):
         return folder / files[0] if len(files) == 1 else folder / f"{{{','.join(files)}}}"
 
+    (tr_x, tr_y), (te_x, te_y) = read(train_files), read(test_files)
     train, test = where(train_files), where(test_files)
-    return Arrays(*read(train_files), *read(test_files), files=(train, train, test, test))
+    return Arrays(tr_x, tr_y, te_x, te_y, files=(train, train, test, test))
 
 
 def _load_cifar10(root, download):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import torch
@@ -67,7 +67,7 @@ class Method:
     paper: ClassVar[str] = "McMahan et al., AISTATS 2017"
     cite: ClassVar[str | None] = "mcmahan2017fedavg"   # its paper's key in book/references.bib (None: no paper)
     Hyper: ClassVar[type] = Hyper
-    shared: ClassVar[tuple[str, ...]] = PARTS   # parts averaged by the server and broadcast
+    shared: tuple[str, ...] = PARTS   # parts averaged by the server and broadcast (an instance may set its own)
     personalized: ClassVar[bool] = False        # evaluate each client's own model
     has_global_model: ClassVar[bool] = True     # a single global model exists (A_glo)
     metric_sets: ClassVar[tuple[str, ...]] = ()  # metric sets evaluated beside the experiment's
@@ -234,7 +234,14 @@ class TrainedModelIsPersonal(Method):
         return ctx.model if self.trained(ctx) else self.received_model(ctx)
 
 
-class PersonalModel:
+# mixins combine with a Method subclass; to the type checker they are Methods (their super() calls resolve)
+if TYPE_CHECKING:
+    _MixinBase = Method
+else:
+    _MixinBase = object
+
+
+class PersonalModel(_MixinBase):
     """Mixin: the client keeps a personal model v_i in its state beside the model it uploads (Ditto,
     pFedMe). ``receive`` offers it as the phase target "personal", starting from the initial model
     w^0 (Ditto's Algorithm 1: v_k^0 = w^0; ``ctx.model`` is w^0 until the client first trains);
@@ -254,7 +261,7 @@ class PersonalModel:
         return ctx.state.get("personal", super().eval_params(ctx))
 
 
-class PerClientAggregation:
+class PerClientAggregation(_MixinBase):
     """Mixin: the server keeps model parts per client (``server.state["personal"][i]``, e.g. FedPAC's
     heads, FedGPA's whole models) and sends them on top of the shared parts."""
 

@@ -4,7 +4,9 @@ Minimization (ASAM, Kwon et al. 2021); the server averages (FedAvg).
 One local step: g = grad L(w); with T_w = |w| + eta for weight tensors (1 for biases), the ascent
 eps = rho T_w^2 g / ||T_w g||; the descent uses grad L(w + eps) at w. Defaults rho = 0.5, eta = 0.01
 (ASAM's; FedASAM tunes rho per dataset)."""
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -23,11 +25,11 @@ class AsamHyper(Hyper):
         positive(self.eta, "eta", allow_zero=True)
 
 
-def asam_perturbation(params: dict, grads: list, rho: float, eta: float) -> list:
+def asam_perturbation(params: dict, grads: Sequence[torch.Tensor], rho: float, eta: float) -> list:
     """eps = rho T^2 g / ||T g||, T = |w| + eta on weights, 1 elsewhere (ASAM Eq. 8 with a diagonal T_w)."""
     scales = [(p.detach().abs() + eta) if name.endswith("weight") else torch.ones_like(p)
               for name, p in params.items()]
-    norm = torch.sqrt(sum(((t * g) ** 2).sum() for t, g in zip(scales, grads))) + 1e-16
+    norm = torch.sqrt(cast(torch.Tensor, sum(((t * g) ** 2).sum() for t, g in zip(scales, grads)))) + 1e-16
     return [rho * t * t * g / norm for t, g in zip(scales, grads)]
 
 

@@ -52,7 +52,7 @@ def simplex_etf(num_classes: int, dim: int, seed: int) -> torch.Tensor:
     return (math.sqrt(K / (K - 1)) * P @ centred).float()
 
 
-def etf_logits(z: torch.Tensor, etf: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def etf_logits(z: torch.Tensor, etf: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
     return scale * F.normalize(z, dim=1) @ etf
 
 

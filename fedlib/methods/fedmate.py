@@ -270,7 +270,7 @@ class FedMate(PrototypeSharing):
             self.discriminator_step(state, ctx.scratch, ("dpr", real_pr, fake_pr), ("dcl", real_cl, fake_cl))
         out = ctx.forward(params, batch.x)
         labels = torch.arange(ctx.num_classes, device=batch.y.device)
-        ccf = cross_entropy(head_logits(params, local_p[local_has]), Batch(None, labels[local_has]))
+        ccf = cross_entropy(head_logits(params, local_p[local_has]), Batch(local_p[local_has], labels[local_has]))
         if adversarial:
             adv = generator_loss(state["dpr"], head_logits(params, local_p[local_has])) + \
                 generator_loss(state["dcl"], head_logits(params, glob[present]))

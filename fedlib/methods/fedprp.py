@@ -164,7 +164,7 @@ class FedPRP(GlobalPrototypes):
     paper = "Guo et al., IEEE TNNLS 2024"
     cite = "guo2024fedprp"
     Hyper = PrpHyper
-    shared = ("body", "projector")
+    shared: tuple[str, ...] = ("body", "projector")
     personalized = True
     has_global_model = True       # the global body with the global prototypes (A_glo)
     prediction_variants = ("logits", "global_protos", "restricted")

@@ -96,6 +96,8 @@ class Tested(str):
     trivial predictor there: "uniform" (a balanced test set: a uniform guess, 1/K) or "majority" (each client's local
     test set, drawn with its own label mix: always its majority class, mean over clients). Joined with ``+``, the
     parts keep their floors (a table of a global and a local metric states both)."""
+    floor: str
+    parts: tuple
 
     def __new__(cls, text: str, floor: str = "uniform", parts: tuple = ()):
         out = super().__new__(cls, text)
