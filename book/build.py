@@ -83,9 +83,15 @@ def read_manifest(manifest_path: str) -> dict:
          manifest.get("build"), "a list of configuration names")
     need(isinstance(manifest.get("chapters"), list) and manifest["chapters"], "chapters", manifest.get("chapters"),
          "a non-empty list of {notebook, configurations}")
+    def inside(path) -> bool:   # a relative path that stays in the repository (no "..", no absolute path)
+        return isinstance(path, str) and not Path(path).is_absolute() and \
+            (ROOT / path).resolve().is_relative_to(ROOT.resolve())
+
     for i, chapter in enumerate(manifest["chapters"]):
         need(isinstance(chapter, dict) and isinstance(chapter.get("notebook"), str), f"chapters[{i}].notebook",
              chapter.get("notebook") if isinstance(chapter, dict) else chapter, "a notebook path")
+        need(inside(chapter["notebook"]), f"chapters[{i}].notebook", chapter["notebook"],
+             "a notebook path inside the repository (relative, no '..')")
         confs = chapter.get("configurations")
         need(isinstance(confs, dict) and confs, f"chapters[{i}].configurations", confs,
              "a mapping {name: {output, parameters}}")
@@ -94,6 +100,8 @@ def read_manifest(manifest_path: str) -> dict:
             need(isinstance(conf, dict), field, conf, "a mapping {output: path, parameters: {...}}")
             need(isinstance(conf.get("output"), str) and conf["output"].endswith(".ipynb"), f"{field} output",
                  conf.get("output"), "a notebook path ending in .ipynb")
+            need(inside(conf["output"]), f"{field} output", conf["output"],
+                 "a path inside the repository (relative, no '..'): the builder writes there")
             need(isinstance(conf.get("parameters", {}), dict), f"{field} parameters", conf.get("parameters"),
                  "a mapping {parameter: value}")
     return manifest

@@ -494,6 +494,13 @@ BOOK_BAD = [
     ("build: [x]\nchapters:\n  - notebook: notebooks/nosuch.ipynb\n    configurations:\n"
      "      x: {output: o.ipynb}\n", "notebook='notebooks/nosuch.ipynb' is not allowed"),
     ("build: [book\n", "valid YAML (line 2"),
+    # issue 39, beyond its list: a manifest names notebooks to run and files to write, both inside the repository
+    ("build: [x]\nchapters:\n  - notebook: ../../tmp/evil.ipynb\n    configurations:\n"
+     "      x: {output: o.ipynb}\n", "notebook='../../tmp/evil.ipynb' is not allowed: a notebook path inside the"),
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+     "      x: {output: /tmp/elsewhere.ipynb}\n", "output='/tmp/elsewhere.ipynb' is not allowed: a path inside"),
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+     "      x: {output: notebooks/../../out.ipynb}\n", "output='notebooks/../../out.ipynb' is not allowed"),
 ]
 
 
