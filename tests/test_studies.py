@@ -242,3 +242,19 @@ def test_fedgpa_reads_its_claims_from_committed_records_of_complete_settings(tmp
     (tmp_path / "fedgpa" / f"{missing.key()}.json").unlink()
     claims, note = fedgpa.recorded_claims("reference")
     assert claims[0].verdict.n == 2 and sorted(claims[0].margins) == [0, 2]
+
+
+def test_pfedcspc_table7_claim_does_not_compare_fedavg_with_the_target_it_sets():
+    """Table VII's target is FedAvg's final accuracy, so FedAvg reaches it by construction: it is named as the
+    target's source and left out of the comparison (the per-seed margin and the verdict)."""
+    rounds = (1, 2, 3, 4)
+    runs = {"fedavg": [fake(s, [0.61, 0.61, 0.61, 0.61], "acc_global", rounds) for s in (0, 1)],   # round 1
+            "moon": [fake(s, [0.1, 0.2, 0.7, 0.7], "acc_global", rounds) for s in (0, 1)],         # round 3
+            "pfedcspc": [fake(s, [0.1, 0.7, 0.7, 0.7], "acc_global", rounds) for s in (0, 1)]}     # round 2
+    for recs in runs.values():
+        for r in recs:
+            r["config"].update(eval_every=1, rounds=4)
+    assert pfedcspc.fewest_rounds_margins(runs) == {0: 1.5, 1: 1.5}   # (3 - 2) / 1 + 0.5: MOON, not FedAvg
+    claim = pfedcspc.table7_claim({"fedavg": 1, "moon": 3, "pfedcspc": 2}, runs)
+    assert claim.holds and "FedAvg sets the target" in claim.ours and "reaches it in 1" in claim.ours
+    assert claim.margins == {0: 1.5, 1: 1.5}
