@@ -1,4 +1,6 @@
 """The results overview reads what the chapters leave: headline rows as given, verdicts counted per chapter."""
+import dataclasses
+
 import fedlib.experiment as experiment
 from fedlib.studies import common, overview
 from fedlib.studies.common import Claim
@@ -72,3 +74,17 @@ def test_best_evidence_takes_the_highest_scale_that_checked_each_claim():
                               {"book": "scale book", "reference": "R = 10", "paper": "150 rounds"})
     assert "decided at paper scale: holds 1; reference scale: does not hold 1; book scale: inconclusive 1" in html
     assert "book: inconclusive at 1 seed (margin +5.00, no interval)" in html
+
+
+def test_a_hypothesis_of_the_book_is_shown_and_tested_but_never_counted_as_a_claim_of_the_paper():
+    from fedlib.studies.report import best_evidence_html, verdict_html
+
+    claims = [Claim("a", "p", "o", True, margins={0: 1.0, 1: 1.2, 2: 0.9}),
+              Claim("protocol", "p", "o", True, margins={0: 5.0, 1: 6.0, 2: 5.5}, hypothesis=True)]
+    box = verdict_html(claims, "reference scale")
+    assert "holds 1 (of the paper's 1 claims; 1 hypotheses of this book beside them" in box
+    assert "a hypothesis of this book, not a claim of the paper: not counted" in box
+    best = best_evidence_html({"reference": claims}, {"reference": "R = 10"})
+    assert "(1 claims of the paper, and 1 hypotheses of this book; decided at reference scale: holds 1)" in best
+    summary = {"claims": [dataclasses.asdict(c) for c in claims]}
+    assert overview.verdict_counts(summary)["hold"] == 1

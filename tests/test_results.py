@@ -139,7 +139,7 @@ def test_fedgpa_claims_against_hand_made_results():
     assert all(c.verdict.n == 1 and c.verdict.mean > 0 for c in claims if not c.claim.startswith("mu"))
     assert [c.margins for c in claims if c.claim.startswith("mu")] == [pytest.approx({0: -4.0})]
     page = verdict_html(claims, "book scale")
-    assert page.count("<tr>") == 10 and "inconclusive 9 (of 9" in page
+    assert page.count("<tr>") == 10 and "inconclusive 9 (of the paper's 9 claims" in page
     # the chapter's claim -> runs list names every claim, in order
     assert [c.claim.startswith(listed) for c, (listed, _, _) in zip(claims, fedgpa.CLAIM_TABLES)] == [True] * 9
 
@@ -350,6 +350,13 @@ def test_fedprp_claims_carry_paired_margins_over_the_last_evaluations():
     assert v.outcome == "inconclusive" and v.interval == pytest.approx((6.667 - 12.25, 6.667 + 12.25), abs=0.01)
     assert claims[-1].margins == pytest.approx({0: -2.0, 1: -2.0, 2: -2.0})
     assert claims[-1].verdict.outcome == "does not hold"
+    # Table III's Dirichlet column on Table II's own runs and metric: one comparison, counted once
+    other = {m: [{**r, "history": [{**r["history"][0], "global_few": 0.1}]} for r in recs(v)]
+             for m, v in (("fedprp", [70, 72, 74]), ("fedic", [71, 73, 75]))}
+    counted = fedprp.verdicts(table, table, table, {"dirichlet": table, "shards": other}, None, None, None, "ci")
+    table3 = [c for c in counted if "Table III" in c.claim]
+    assert [c.claim for c in table3] == ["FedPRP has the best overall A_glo on the long tail, shards (Table III)"]
+    assert "also Table III's dirichlet column (the same runs and metric" in counted[1].note
 
 
 def test_pfedcspc_claims_carry_paired_margins():
@@ -375,13 +382,14 @@ def test_pfedcspc_claims_carry_paired_margins():
                 "TPG+PA+CA": run(2, tpg=True), "CPM+PA+CA": run(3), "full": run(4), "PMI": run(1),
                 "PMI+Align": run(2), "FedCSPC": run(1)}
     table6 = {"fedprox": (recs([(0, 60), (0, 61)]), recs([(0, 61), (0, 63)]))}
-    # Table VII on one seed: FedAvg ends at 60% (the target), reached in round 3; pFedCSPC in round 2
+    # Table VII on one seed: FedAvg ends at 60% (the target, so it is not compared), MOON reaches it in round 3,
+    # pFedCSPC in round 2
     def curve(values):
         return [{"seed": 0, "config": {"rounds": 3, "eval_every": 1}, "final": {},
                  "history": [{"round": t + 1, "acc_global": v} for t, v in enumerate(values)]}]
 
-    t7 = {"fedavg": curve([0.3, 0.5, 0.6]), "pfedcspc": curve([0.4, 0.61, 0.62])}
-    claims = pfedcspc.verdicts(table2, table2, ablation, table6, {"pfedcspc": 2, "fedavg": 3}, t7)
+    t7 = {"fedavg": curve([0.3, 0.5, 0.6]), "moon": curve([0.3, 0.5, 0.6]), "pfedcspc": curve([0.4, 0.61, 0.62])}
+    claims = pfedcspc.verdicts(table2, table2, ablation, table6, {"pfedcspc": 2, "fedavg": 3, "moon": 3}, t7)
     assert claims[0].margins == pytest.approx({0: 1.0, 1: 2.0})
     assert claims[1].margins == pytest.approx({0: -0.5, 1: 0.3})
     # CPM minus TPG, the smaller of the two pairs: seed 0: min(51 - 51, 53 - 52) = 0; seed 1: min(52 - 53, ...) = -1

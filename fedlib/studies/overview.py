@@ -24,7 +24,7 @@ def claims_of(summary: dict) -> list[Claim]:
 
 def verdict_counts(summary: dict) -> dict:
     """The chapter's claims by outcome under the verdict rule (one scale: a summary is one scale's)."""
-    outcomes = [c.verdict.outcome for c in claims_of(summary)]
+    outcomes = [c.verdict.outcome for c in claims_of(summary) if not c.hypothesis]   # the paper's claims only
     return {"hold": outcomes.count("holds"), "do not hold": outcomes.count("does not hold"),
             "inconclusive": outcomes.count("inconclusive"), "not checked": outcomes.count("not checked")}
 

@@ -408,6 +408,8 @@ class Claim:
     holds: bool | None             # the point verdict on the means; None: cannot be checked here
     note: str = ""
     margins: dict | None = None    # {seed: margin in points}, positive where the claim holds on that seed
+    hypothesis: bool = False       # the book's own hypothesis (e.g. about a protocol), not a claim of the paper:
+                                   # shown and tested like a claim, never counted among the paper's claims
 
     @property
     def verdict(self) -> Verdict:
@@ -427,6 +429,11 @@ def verdict_counts(verdicts) -> dict[str, int]:
     return out
 
 
+def _claim_cell(c: Claim) -> str:
+    tag = "<br><em>(a hypothesis of this book, not a claim of the paper: not counted)</em>" if c.hypothesis else ""
+    return html.escape(c.claim) + tag
+
+
 def verdict_html(claims: list[Claim], scale_note: str) -> str:
     """The verdict box closing a chapter: each claim with the numbers and its verdict under the rule
     (per-seed margins, 95% interval over seeds)."""
@@ -437,15 +444,18 @@ def verdict_html(claims: list[Claim], scale_note: str) -> str:
         detail = v.text() if c.margins is not None or v.outcome == "not checked" else \
             f"point verdict on the means: {'holds' if c.holds else 'does not hold'} (no per-seed margin)"
         rows.append(
-            f"<tr><td>{html.escape(c.claim)}</td><td>{html.escape(c.paper)}</td><td>{html.escape(c.ours)}"
+            f"<tr><td>{_claim_cell(c)}</td><td>{html.escape(c.paper)}</td><td>{html.escape(c.ours)}"
             f"{'<br><em>' + html.escape(c.note) + '</em>' if c.note else ''}</td>"
             f"<td class='verdict-{css[v.outcome]}'>{html.escape(v.outcome)}<br><small>{html.escape(detail)}</small>"
             f"</td></tr>")
-    n = verdict_counts(c.verdict for c in claims)
+    papers = [c for c in claims if not c.hypothesis]
+    n = verdict_counts(c.verdict for c in papers)
     counts = ", ".join(f"{k} {n[k]}" for k in (*OUTCOMES, "not checked") if n[k])
+    extra = f"; {len(claims) - len(papers)} hypotheses of this book beside them" if len(papers) < len(claims) else ""
     return (f"<div class='verdict'><p><strong>Verdict per claim</strong> ({html.escape(scale_note)}): {counts} "
-            f"(of {len(claims)}; rule: 95% t-interval of the per-seed margin, paired by seed, see the "
-            f"introduction).</p><table><thead><tr><th>claim</th><th>paper</th><th>ours</th><th>verdict</th></tr>"
+            f"(of the paper's {len(papers)} claims{extra}; rule: 95% t-interval of the per-seed margin, paired by "
+            f"seed, see the introduction).</p><table><thead><tr><th>claim</th><th>paper</th><th>ours</th>"
+            f"<th>verdict</th></tr>"
             f"</thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
@@ -472,14 +482,18 @@ def best_evidence_html(by_scale: dict[str, list[Claim]], notes: dict[str, str]) 
     each scale is (rounds, seeds, which records), or why a scale decides nothing yet."""
     css = {"holds": "yes", "does not hold": "no", "inconclusive": "na", "not checked": "na"}
     rows, decided_at = [], []
+    hypotheses = 0
     for scale, c, others in best_evidence(by_scale):
         v = c.verdict
-        decided_at.append((scale, v.outcome))
+        if c.hypothesis:
+            hypotheses += 1
+        else:
+            decided_at.append((scale, v.outcome))
         detail = v.text() if c.margins is not None or v.outcome == "not checked" else \
             f"point verdict on the means: {'holds' if c.holds else 'does not hold'} (no per-seed margin)"
         beside = "<br>".join(f"{html.escape(s)}: {html.escape(o.verdict.text())}" for s, o in others.items()) or "-"
         rows.append(
-            f"<tr><td>{html.escape(c.claim)}</td><td>{html.escape(c.paper)}</td><td>{html.escape(c.ours)}"
+            f"<tr><td>{_claim_cell(c)}</td><td>{html.escape(c.paper)}</td><td>{html.escape(c.ours)}"
             f"{'<br><em>' + html.escape(c.note) + '</em>' if c.note else ''}</td>"
             f"<td class='verdict-{css[v.outcome]}'>{html.escape(v.outcome)} <small>({html.escape(scale)} scale)</small>"
             f"<br><small>{html.escape(detail)}</small></td><td><small>{beside}</small></td></tr>")
@@ -488,9 +502,11 @@ def best_evidence_html(by_scale: dict[str, list[Claim]], notes: dict[str, str]) 
                                    if (n := sum(1 for s_, o_ in decided_at if s_ == s and o_ == o)))
         for s in dict.fromkeys(s for s, _ in decided_at))
     scales = "".join(f"<li><strong>{html.escape(s)}</strong>: {html.escape(n)}</li>" for s, n in notes.items())
-    return (f"<div class='verdict'><p><strong>Verdict per claim, best evidence first</strong> ({len(rows)} claims; "
-            f"decided at {html.escape(counts)}). Rule: 95% t-interval of the per-seed margin, paired by seed (see "
-            f"the introduction); only reference and paper scale test a claim of the paper.</p><ul>{scales}</ul>"
+    extra = f", and {hypotheses} hypotheses of this book" if hypotheses else ""
+    return (f"<div class='verdict'><p><strong>Verdict per claim, best evidence first</strong> ({len(decided_at)} "
+            f"claims of the paper{extra}; decided at {html.escape(counts)}). Rule: 95% t-interval of the per-seed "
+            f"margin, paired by seed (see the introduction); only reference and paper scale test a claim of the "
+            f"paper.</p><ul>{scales}</ul>"
             f"<table><thead><tr><th>claim</th><th>paper</th><th>ours (deciding scale)</th><th>verdict</th>"
             f"<th>other scales</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
 
