@@ -258,3 +258,25 @@ def test_pfedcspc_table7_claim_does_not_compare_fedavg_with_the_target_it_sets()
     claim = pfedcspc.table7_claim({"fedavg": 1, "moon": 3, "pfedcspc": 2}, runs)
     assert claim.holds and "FedAvg sets the target" in claim.ours and "reaches it in 1" in claim.ours
     assert claim.margins == {0: 1.5, 1: 1.5}
+
+
+def test_fedpcl_claims_with_a_size_are_checked_against_the_size_they_state():
+    """"by about 1-4 points" does not hold at +5.50 (it once passed as "a gain"); "about 15 points above FedAvg"
+    needs 10 to 20 points at every number of clients, not merely "above"."""
+    from fedlib.studies import fedpcl
+
+    def recs(values, sent=100):
+        return [{"seed": s, "final": {}, "config": {},
+                 "history": [{"personal_local_acc": v / 100, "uploaded_per_client": sent}]}
+                for s, v in enumerate(values)]
+
+    table2 = {("s", "fedpcl"): recs([50, 50, 50]), ("m", "fedpcl"): recs([55.5, 55.5, 55.5]),
+              ("s", "fedavg"): recs([40, 40, 40], 10_000), ("m", "fedavg"): recs([45, 45, 45], 10_000)}
+    sweep = {("clients", "fedpcl", 5): recs([60, 60, 60]), ("clients", "fedavg", 5): recs([58, 58, 58]),
+             ("clients", "fedpcl", 20): recs([70, 70, 70]), ("clients", "fedavg", 20): recs([55, 55, 55])}
+    claims = {c.claim: c for c in fedpcl.verdicts(table2, label_shift_runs=sweep)}
+    gain = claims["several backbones beat one, by about 1-4 points for FedPCL (Table 2)"]
+    assert not gain.holds and gain.margins == pytest.approx({0: -1.5, 1: -1.5, 2: -1.5})   # 4 - 5.5
+    assert gain.verdict.outcome == "does not hold"
+    fifteen = claims["FedPCL is about 15 points above FedAvg for 5 to 80 clients (Fig. 2b)"]
+    assert not fifteen.holds and fifteen.margins == pytest.approx({0: -8.0, 1: -8.0, 2: -8.0})   # m=5: +2, 10 - 2

@@ -106,6 +106,10 @@ def config(method: str, setting: str, backbones, scale: str, seed: int = 0, hype
 
 
 # ---------------------------------------------------------------------- claims of the paper
+GAIN_OF_BACKBONES = (1.0, 4.0)   # "several backbones beat one, by about 1-4 points": the claim's own range
+ABOUT_15 = (10.0, 20.0)          # "about 15 points above FedAvg": within a third of 15
+
+
 def verdicts(table2: dict, label_shift_runs: dict | None = None, t5_runs: dict | None = None,
              t6_runs: dict | None = None, infonce: list | None = None) -> list:
     """Each claim of FedPCL's Section 5, checked on this chapter's runs, with a margin per seed (points; > 0 where
@@ -141,10 +145,18 @@ def verdicts(table2: dict, label_shift_runs: dict | None = None, t5_runs: dict |
         )
     )
     gain = acc[("m", "fedpcl")] - acc[("s", "fedpcl")]
+    low, high = GAIN_OF_BACKBONES
+
+    def within_stated_gain(a):   # inside the claim's own range: the distance to its nearer end
+        g = a[("m", "fedpcl")] - a[("s", "fedpcl")]
+        return min(g - low, high - g)
+
     claims.append(Claim(
         "several backbones beat one, by about 1-4 points for FedPCL (Table 2)",
         "Digit-5: 52.83 -> 55.34 (+2.51)", f"{acc[('s', 'fedpcl')]:.2f} -> {acc[('m', 'fedpcl')]:.2f} ({gain:+.2f})",
-        gain > 0, margins=per_seed(lambda a: a[("m", "fedpcl")] - a[("s", "fedpcl")])))
+        low <= gain <= high, f"holds here means: a gain of {low:g} to {high:g} points, the claim's own range "
+                             "(margin: the distance inside its nearer end)",
+        margins=per_seed(within_stated_gain)))
     sent = {m: table2[("m", m)][0]["history"][-1]["uploaded_per_client"] for m in ("fedpcl", "fedavg")}
     # "far fewer": at least 10 times fewer; the margin (in factors of ten, per seed's records) is deterministic
     ratios = {int(r["seed"]): np.log10(r["history"][-1]["uploaded_per_client"]) for r in table2[("m", "fedavg")]}
@@ -164,8 +176,11 @@ def verdicts(table2: dict, label_shift_runs: dict | None = None, t5_runs: dict |
         def best_at_every_alpha(a):   # FedPCL minus the best rival, at its worst alpha
             return min(a[("alpha", "fedpcl", x)] - max(a[("alpha", m, x)] for m in rivals) for x in alphas)
 
-        def above_fedavg(a):          # FedPCL minus FedAvg, at its worst number of clients
-            return min(a[("clients", "fedpcl", n)] - a[("clients", "fedavg", n)] for n in clients)
+        low15, high15 = ABOUT_15
+
+        def about_15_above(a):       # every gap inside "about 15 points": the distance inside the nearer end
+            return min(min(g - low15, high15 - g) for g in
+                       (a[("clients", "fedpcl", n)] - a[("clients", "fedavg", n)] for n in clients))
 
         per_sweep = PerSeed(label_shift_runs)
         if alphas and rivals:
@@ -182,9 +197,11 @@ def verdicts(table2: dict, label_shift_runs: dict | None = None, t5_runs: dict |
             claims.append(Claim(
                 "FedPCL is about 15 points above FedAvg for 5 to 80 clients (Fig. 2b)",
                 "about +15 points at every number of clients",
-                ", ".join(f"m={n}: {g:+.1f}" for n, g in gaps.items()), all(g > 0 for g in gaps.values()),
-                "holds here means: above FedAvg at every number of clients (margin: the smallest gap)",
-                margins=per_sweep(above_fedavg)))
+                ", ".join(f"m={n}: {g:+.1f}" for n, g in gaps.items()),
+                all(low15 <= g <= high15 for g in gaps.values()),
+                f"holds here means: {low15:g} to {high15:g} points above FedAvg at every number of clients (\"about "
+                "15\", read as within a third of it; margin: the distance inside the nearer end, worst case)",
+                margins=per_sweep(about_15_above)))
     if t5_runs:
         t5 = {loss: 100 * mean_std(v)[0] for loss, v in t5_runs.items()}
         best5 = max(t5, key=t5.__getitem__)
