@@ -604,6 +604,15 @@ def _value(v) -> str:
     return "all" if v is None else _cell(v)
 
 
+def method_hyperparameters(method: str, given: dict) -> dict:
+    """Every hyperparameter of ``method`` with the value a run uses (``given`` over its ``Hyper`` defaults), so a
+    settings table shows mu, lambda, tau... rather than "defaults"."""
+    from fedlib.methods import METHODS
+
+    hyper = METHODS[method].Hyper(**given)
+    return {f.name: getattr(hyper, f.name) for f in dataclasses.fields(hyper)}
+
+
 def hyperparameter_rows(ours, paper, reasons: dict[str, str] | None = None, scale: str = "book") -> list[dict]:
     """One row per training setting of ``HYPER_FIELDS``: ours (a Config at the page's ``scale``) against the
     paper's protocol (the same run at paper scale) and, where they differ, why (``reasons`` over
@@ -614,6 +623,7 @@ def hyperparameter_rows(ours, paper, reasons: dict[str, str] | None = None, scal
         why = {key: SCALE_MEANING["ci"] for key in HYPER_FIELDS}
     mine, theirs = ours.flat(), paper.flat()
     for cfg in (mine, theirs):
+        cfg["hyper"] = method_hyperparameters(cfg["method"], cfg["hyper"]) or "none (the method has none)"
         if cfg.get("model") is None:
             from fedlib.models import DEFAULT_MODEL
 
