@@ -247,3 +247,10 @@ def test_a_local_test_table_is_marked_against_the_majority_floor_and_a_balanced_
     both = ResultsTable(rows, recs, "ci", balanced("global") + "; " + local("local"))
     assert "chance on the balanced test set: 25%" in both.caption and "majority floor: 67.5%" in both.caption
     assert both.marked == 0   # several test sets: the lowest threshold (twice chance, 50%) marks the cells
+
+
+def test_a_settings_table_names_the_model_its_runs_build():
+    """FedPCL's runs train the projection network on frozen backbones' features: the settings table said cnn3 (the
+    data's default for images)."""
+    rows = {r["setting"]: r for r in chapters()["fedpcl"].study.hyperparameters("book")}
+    assert rows["model"]["here"] == "projection (on the frozen backbones' features)"

@@ -624,10 +624,9 @@ def hyperparameter_rows(ours, paper, reasons: dict[str, str] | None = None, scal
     mine, theirs = ours.flat(), paper.flat()
     for cfg in (mine, theirs):
         cfg["hyper"] = method_hyperparameters(cfg["method"], cfg["hyper"]) or "none (the method has none)"
-        if cfg.get("model") is None:
-            from fedlib.models import DEFAULT_MODEL
-
-            cfg["model"] = f"{DEFAULT_MODEL.get(cfg['dataset'], 'cnn2')} (the data's default)"
+        if cfg.get("model") is None:   # the model the run builds (on frozen backbones: the projection network)
+            cfg["model"] = f"{_model_name(cfg)} (" + ("on the frozen backbones' features" if cfg.get("backbones")
+                                                      else "the data's default") + ")"
     rows = []
     for key, label in HYPER_FIELDS.items():
         a, b = _value(mine.get(key)), _value(theirs.get(key))
