@@ -280,3 +280,16 @@ def test_fedpcl_claims_with_a_size_are_checked_against_the_size_they_state():
     assert gain.verdict.outcome == "does not hold"
     fifteen = claims["FedPCL is about 15 points above FedAvg for 5 to 80 clients (Fig. 2b)"]
     assert not fifteen.holds and fifteen.margins == pytest.approx({0: -8.0, 1: -8.0, 2: -8.0})   # m=5: +2, 10 - 2
+
+
+def test_fedpcl_table1_says_why_frozen_backbones_send_more_than_our_small_cnn():
+    from fedlib.studies import fedpcl
+
+    rows = [{"mode": "from scratch (cnn3)", "params sent / client / round": "57,770"},
+            {"mode": "1 frozen backbone", "params sent / client / round": "330,506"},
+            {"mode": "3 frozen backbones", "params sent / client / round": "985,866"}]
+    note = fedpcl.table1_note(rows)
+    assert "1 frozen backbone and 3 frozen backbones send more numbers per round (330,506, 985,866) than training " \
+           "from scratch (57,770): our from-scratch model is a small CNN" in note
+    rows[0]["params sent / client / round"] = "11,000,000"
+    assert "send more" not in fedpcl.table1_note(rows)
