@@ -293,3 +293,11 @@ def test_fedpcl_table1_says_why_frozen_backbones_send_more_than_our_small_cnn():
            "from scratch (57,770): our from-scratch model is a small CNN" in note
     rows[0]["params sent / client / round"] = "11,000,000"
     assert "send more" not in fedpcl.table1_note(rows)
+
+
+def test_pfedcspc_pmi_prose_follows_the_printed_correlation():
+    assert "do not follow label-mix similarity here" in pfedcspc.pmi_reading(0.04)
+    assert pfedcspc.pmi_reading(0.04).startswith("correlation of PMI weights and label-mix similarity over client "
+                                                 "pairs: 0.04")
+    assert "a client leans on the clients whose label mix resembles its own" in pfedcspc.pmi_reading(0.7)
+    assert "weakly" in pfedcspc.pmi_reading(0.3) and "against" in pfedcspc.pmi_reading(-0.5)

@@ -602,6 +602,19 @@ def clusters_rows(sweep: dict) -> tuple[list[dict], dict]:
     return rows, clusters
 
 
+def pmi_reading(correlation: float) -> str:
+    """What the printed correlation of PMI weights with label-mix similarity says, in words generated from it."""
+    if correlation >= 0.5:
+        how = "follow label-mix similarity: a client leans on the clients whose label mix resembles its own"
+    elif correlation >= 0.2:
+        how = "follow label-mix similarity weakly"
+    elif correlation > -0.2:
+        how = "do not follow label-mix similarity here: PMI does not pick the clients with similar label mixes"
+    else:
+        how = "run against label-mix similarity"
+    return f"correlation of PMI weights and label-mix similarity over client pairs: {correlation:.2f}: the weights {how}"
+
+
 def plot_pmi(record: dict):
     """PMI's Eq. 4 weights of the last round of one run beside the cosine similarity of the clients' label
     mixes; returns (figure, their correlation over client pairs)."""
