@@ -612,7 +612,8 @@ def pmi_reading(correlation: float) -> str:
         how = "do not follow label-mix similarity here: PMI does not pick the clients with similar label mixes"
     else:
         how = "run against label-mix similarity"
-    return f"correlation of PMI weights and label-mix similarity over client pairs: {correlation:.2f}: the weights {how}"
+    return (f"correlation of PMI weights and label-mix similarity over client pairs: {correlation:.2f}: the weights "
+            f"{how}")
 
 
 def plot_pmi(record: dict):
