@@ -301,3 +301,15 @@ def test_pfedcspc_pmi_prose_follows_the_printed_correlation():
                                                  "pairs: 0.04")
     assert "a client leans on the clients whose label mix resembles its own" in pfedcspc.pmi_reading(0.7)
     assert "weakly" in pfedcspc.pmi_reading(0.3) and "against" in pfedcspc.pmi_reading(-0.5)
+
+
+def test_fedgpa_says_why_fedprox_equals_fedavg_from_the_runs():
+    def recs(v, method):
+        return [{"seed": 0, "final": {}, "history": [{"personal_local_acc": v}],
+                 "config": {"method": method, "lr": 0.02, "hyper": {}}}]
+
+    runs = {("fedavg", 1, 20): recs(0.80, "fedavg"), ("fedprox", 1, 20): recs(0.8002, "fedprox")}
+    (note,) = fedgpa.outlier_notes(runs, ["fedavg", "fedprox"])
+    assert note.startswith("FedProx is within 0.02 points of FedAvg in every cell") and "lr * mu = 0.0002" in note
+    runs[("fedprox", 1, 20)] = recs(0.85, "fedprox")
+    assert fedgpa.outlier_notes(runs, ["fedavg", "fedprox"]) == []

@@ -323,6 +323,25 @@ def setting_table(rows: list[dict], runs: dict, setting: int, methods, scale: st
     return table.reindex([LABELS[m] for m in methods]), [recs for k, recs in runs.items() if k[1] == setting]
 
 
+def outlier_notes(runs: dict, methods) -> list[str]:
+    """Sentences for results a reader would stop at, generated from the runs: FedProx equal to FedAvg (its proximal
+    pull per SGD step is lr * mu of the distance to the global model)."""
+    from fedlib.methods import make_method
+
+    notes = []
+    cells = [(st, s) for (m, st, s) in runs if m == "fedprox" and ("fedavg", st, s) in runs]
+    if "fedprox" in methods and "fedavg" in methods and cells:
+        gaps = [abs(mean_std(runs[("fedprox", st, s)])[0] - mean_std(runs[("fedavg", st, s)])[0]) * 100
+                for st, s in cells]
+        cfg = runs[("fedprox", *cells[0])][0]["config"]
+        mu, lr = make_method("fedprox", **(cfg.get("hyper") or {})).hp.mu, float(cfg["lr"])
+        if max(gaps) < 0.5:
+            notes.append(f"FedProx is within {max(gaps):.2f} points of FedAvg in every cell: its proximal term "
+                         f"(mu/2)||w - w_global||^2 with mu = {mu:g} moves each SGD step by lr * mu = {lr * mu:.2g} of "
+                         "the distance to the global model, too little to change a client's training at this budget")
+    return notes
+
+
 def plot_against_paper(runs: dict, settings, s_values, methods, scale: str):
     """Each method's accuracy at this scale (y) against the paper's (x), one panel per setting."""
     import matplotlib.pyplot as plt
