@@ -255,6 +255,41 @@ def ensure_mathjax(book_dir: Path) -> None:
         shutil.copytree(Path(tmp) / "package" / "es5", target, dirs_exist_ok=True)
 
 
+# what must fit the text column: verdict boxes, results tables (their sentences wrap), provenance lines, printed notes
+LAYOUT_SELECTORS = "div.verdict, div.results-table, p.provenance, div.cell_output div.output.stream pre"
+LAYOUT_JS = ("<script>window.addEventListener('load', () => setTimeout(() => {"
+             f" const out = [...document.querySelectorAll('{LAYOUT_SELECTORS}')]"
+             ".filter(el => el.scrollWidth > el.clientWidth + 2)"
+             ".map(el => [el.className || el.tagName, el.scrollWidth, el.clientWidth,"
+             " (el.textContent || '').trim().slice(0, 60)]);"
+             " const pre = document.createElement('pre'); pre.id = 'layout-report';"
+             " pre.textContent = JSON.stringify(out); document.body.appendChild(pre); }, 500));</script>")
+
+
+def layout_problems(html_dir: Path, browser: str, width: int = 1280) -> dict[str, list]:
+    """Every page of the built book opened in headless ``browser`` (Chromium) at ``width`` px: per page, the verdict
+    boxes, results tables, provenance lines and printed notes wider than the text column (they would need
+    horizontal scrolling). Source listings are left to scroll."""
+    import html as html_lib
+    import re
+
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "html"
+        shutil.copytree(html_dir, copy)
+        for page in sorted(copy.rglob("*.html")):
+            if page.parent.name == "_static" or page.name in ("genindex.html", "search.html"):
+                continue
+            page.write_text(page.read_text().replace("</body>", LAYOUT_JS + "</body>"))
+            dom = subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu",
+                                  f"--window-size={width},900", "--virtual-time-budget=8000", "--dump-dom",
+                                  page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+            found = re.search(r'<pre id="layout-report">(.*?)</pre>', dom, re.S)
+            if found and (problems := json.loads(html_lib.unescape(found.group(1)))):
+                out[str(page.relative_to(copy))] = problems
+    return out
+
+
 def build_book(manifest_path: str = "book/experiments.yml", only: str | None = None, build: bool = True) -> int:
     path = ROOT / manifest_path
     manifest = read_manifest(manifest_path)
@@ -282,9 +317,19 @@ def build_book(manifest_path: str = "book/experiments.yml", only: str | None = N
     if jb:
         cmd = [jb, "build", str(book_dir), "-W", "-n", "--keep-going"]
     result = subprocess.run(cmd)
-    if result.returncode == 0:
-        print(f"book: {book_dir / '_build' / 'html' / 'index.html'}")
-    return result.returncode
+    if result.returncode != 0:
+        return result.returncode
+    browser = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    if browser is None:
+        print("layout check skipped: no Chromium on this machine (apt-get install chromium)")
+    elif problems := layout_problems(book_dir / "_build" / "html", browser):
+        for page, found in problems.items():
+            print(f"{page}: {len(found)} element(s) wider than the text column at 1280 px, e.g. {found[0]}")
+        return 1
+    else:
+        print("layout check: every verdict box, results table and note fits the text column at 1280 px")
+    print(f"book: {book_dir / '_build' / 'html' / 'index.html'}")
+    return 0
 
 
 if __name__ == "__main__":

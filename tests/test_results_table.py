@@ -254,3 +254,26 @@ def test_a_settings_table_names_the_model_its_runs_build():
     data's default for images)."""
     rows = {r["setting"]: r for r in chapters()["fedpcl"].study.hyperparameters("book")}
     assert rows["model"]["here"] == "projection (on the frozen backbones' features)"
+
+
+def test_the_layout_check_finds_a_verdict_box_wider_than_the_text_column(tmp_path):
+    """book/build.py opens every built page in headless Chromium (where installed) and fails the build on a verdict
+    box, results table or note that needs horizontal scrolling."""
+    import importlib.util
+    import shutil
+
+    import pytest
+
+    browser = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    if browser is None:
+        pytest.skip("no Chromium on this machine")
+    spec = importlib.util.spec_from_file_location("build", "book/build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    page = "<html><body><main style='width:600px'>{}</main></body></html>"
+    (tmp_path / "wide.html").write_text(page.format(
+        "<div class='verdict'><table><tr><td style='white-space:nowrap'>" + "95% CI [-45.28, -16.12] " * 20 +
+        "</td></tr></table></div>"))
+    (tmp_path / "fits.html").write_text(page.format("<div class='verdict'><p>" + "holds " * 200 + "</p></div>"))
+    found = build.layout_problems(tmp_path, browser)
+    assert list(found) == ["wide.html"] and found["wide.html"][0][0] == "verdict"

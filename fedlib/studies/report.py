@@ -174,6 +174,9 @@ NOT_ACCURACY = ("time", "s /", "s/", "param", "round", "comm", "upload", "sent",
                 "paper", "gap", "drop", "margin")
 
 
+WORDY = 40   # characters: a results table with a longer cell holds sentences and wraps them (CSS text-table)
+
+
 class ResultsTable:
     """A results table as the book shows it: no index column, one number format, at most ``max_columns``
     columns per part (wider tables are split, the first ``keys`` columns repeated), and a provenance line."""
@@ -259,7 +262,10 @@ class ResultsTable:
         return [self.df[key + rest[i:i + width]] for i in range(0, max(len(rest), 1), width)]
 
     def _repr_html_(self) -> str:
-        tables = "".join(part.to_html(index=False, escape=True, border=0, classes="results")
+        # a table of sentences (settings, protocols, claims) wraps inside the text column (class text-table)
+        wordy = any(len(str(v)) > WORDY for v in self.df.to_numpy().ravel())
+        tables = "".join(part.to_html(index=False, escape=True, border=0,
+                                      classes="results text-table" if wordy else "results")
                          for part in self.parts())
         lines = "".join(f"<p class='provenance'>{html.escape(t)}</p>" for t in (self.note, self.caption) if t)
         # a book-scale table with cells near chance and no reason fails the book's build (book/build.py)
