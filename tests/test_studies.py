@@ -313,3 +313,20 @@ def test_fedgpa_says_why_fedprox_equals_fedavg_from_the_runs():
     assert note.startswith("FedProx is within 0.02 points of FedAvg in every cell") and "lr * mu = 0.0002" in note
     runs[("fedprox", 1, 20)] = recs(0.85, "fedprox")
     assert fedgpa.outlier_notes(runs, ["fedavg", "fedprox"]) == []
+
+
+def test_fedpcl_collapse_explanation_is_stated_only_where_the_records_support_it():
+    from fedlib.studies import fedpcl
+
+    def row(label, last, share, seeds=3):
+        return {"variant": fedpcl.READING_LABELS[label], "seeds": seeds, "last": f"{last:.2f} ± 1.00 (n={seeds})",
+                "best": "65.00", "best at round": 10, "predicted as class 0 (%)": f"{share:.1f}"}
+
+    supported = fedpcl.collapse_reading([row("pcl", 45.95, 45.4), row("pcl_no_relu", 74.48, 10.5, 2)])
+    assert supported[0] == ("as printed: L_g + L_p (Eq. 10): 45.95 at the last round (3 seeds), best 65.00 at round "
+                            "10; 45.4% of the test images predicted as class 0")
+    assert supported[-1].startswith("the records support the dead-ReLU explanation: as printed, 45.4% of the images")
+    assert "+28.53 points higher" in supported[-1]
+    refuted = fedpcl.collapse_reading([row("pcl", 70.0, 11.0), row("pcl_no_relu", 71.0, 10.0)])
+    assert refuted[-1] == "the records do not support the dead-ReLU explanation at this scale"
+    assert fedpcl.collapse_reading([]) == ["the printed reading has no committed records yet"]

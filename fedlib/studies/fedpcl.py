@@ -690,6 +690,33 @@ def reading_check() -> tuple[list[dict], dict]:
     return rows, runs
 
 
+def collapse_reading(rows: list[dict]) -> list[str]:
+    """What the reading check's records say about FedPCL's fall, in sentences generated from its rows
+    (``reading_check``): each reading's last and best accuracy and how many test images it assigns to class 0 (10%
+    is the true share). The dead-ReLU explanation is stated only where the records support it: the printed reading
+    collapses onto class 0 and the same loss without the ReLU does not."""
+    by = {r["variant"]: r for r in rows if r["seeds"]}
+    printed = by.get(READING_LABELS["pcl"])
+    if printed is None:
+        return ["the printed reading has no committed records yet"]
+
+    def last(row):
+        return float(str(row["last"]).split()[0])
+
+    lines = [f"{label}: {last(row):.2f} at the last round ({row['seeds']} seeds), best {row['best']} at round "
+             f"{row['best at round']}; {row['predicted as class 0 (%)']}% of the test images predicted as class 0"
+             for label, row in by.items()]
+    no_relu = by.get(READING_LABELS["pcl_no_relu"])
+    share = float(printed["predicted as class 0 (%)"])
+    if no_relu is not None and share > 25 and last(no_relu) > last(printed) + 10:
+        lines.append(f"the records support the dead-ReLU explanation: as printed, {share:.1f}% of the images go to "
+                     f"class 0 (an all-zero projection scores 0 with every prototype and the argmax picks class 0); "
+                     f"the same loss without the ReLU ends {last(no_relu) - last(printed):+.2f} points higher")
+    elif no_relu is not None:
+        lines.append("the records do not support the dead-ReLU explanation at this scale")
+    return lines
+
+
 def plot_paper_scale(stored: dict):
     """Accuracy per evaluated round at paper scale, mean over the recorded seeds, multiple backbones."""
     import matplotlib.pyplot as plt
