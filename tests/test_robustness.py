@@ -155,14 +155,17 @@ def test_hp_with_several_methods_goes_to_each_method_that_has_it(monkeypatch, ca
 
 
 def test_a_typo_in_a_notebook_parameter_names_the_notebook_and_the_parameter(tmp_path):
+    from pathlib import Path
+
+    output = Path("reproduced") / f"typo-{tmp_path.name}.ipynb"   # outputs lie inside the repository
     manifest = tmp_path / "experiments.yml"
     manifest.write_text(json.dumps({"build": ["book"], "chapters": [{
         "notebook": "notebooks/fedgpa.ipynb",
-        "configurations": {"book": {"output": str(tmp_path / "out.ipynb"), "parameters": {"scael": "book"}}}}]}))
+        "configurations": {"book": {"output": str(output), "parameters": {"scael": "book"}}}}]}))
     with pytest.raises(ConfigError, match=r"notebooks/fedgpa.ipynb \[book\] parameter scael='book' is not allowed: "
                                           r"a parameter of fedgpa.ipynb: scale, "):
         book_builder().build_book(str(manifest), build=False)
-    assert not (tmp_path / "out.ipynb").exists()
+    assert not (book_builder().ROOT / output).exists()
 
 
 def _run_in_child(cache, queue):
