@@ -267,6 +267,11 @@ LAYOUT_JS = ("<script>window.addEventListener('load', () => setTimeout(() => {"
              " pre.textContent = JSON.stringify(out); document.body.appendChild(pre); }, 500));</script>")
 
 
+def find_browser() -> str | None:
+    """The headless browser the layout check uses, or None where none is installed."""
+    return next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+
+
 def layout_problems(html_dir: Path, browser: str, width: int = 1280) -> dict[str, list]:
     """Every page of the built book opened in headless ``browser`` (Chromium) at ``width`` px: per page, the verdict
     boxes, tables of sentences, provenance lines and printed notes wider than the text column (they would need
@@ -320,7 +325,7 @@ def build_book(manifest_path: str = "book/experiments.yml", only: str | None = N
     result = subprocess.run(cmd)
     if result.returncode != 0:
         return result.returncode
-    browser = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+    browser = find_browser()
     if browser is None:
         print("layout check skipped: no Chromium on this machine (apt-get install chromium)")
     elif problems := layout_problems(book_dir / "_build" / "html", browser):

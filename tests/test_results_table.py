@@ -260,16 +260,15 @@ def test_the_layout_check_finds_a_verdict_box_wider_than_the_text_column(tmp_pat
     """book/build.py opens every built page in headless Chromium (where installed) and fails the build on a verdict
     box, results table or note that needs horizontal scrolling."""
     import importlib.util
-    import shutil
 
     import pytest
 
-    browser = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
-    if browser is None:
-        pytest.skip("no Chromium on this machine")
     spec = importlib.util.spec_from_file_location("build", "book/build.py")
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
+    browser = build.find_browser()
+    if browser is None:
+        pytest.skip("no Chromium on this machine")
     page = "<html><body><main style='width:600px'>{}</main></body></html>"
     (tmp_path / "wide.html").write_text(page.format(
         "<div class='verdict'><table><tr><td style='white-space:nowrap'>" + "95% CI [-45.28, -16.12] " * 20 +
