@@ -97,6 +97,9 @@ def _parser() -> argparse.ArgumentParser:
         "--seeds", nargs="+", type=int, default=None, help="these seeds in every table (default: the paper's)"
     )
     rec.add_argument("--tables", nargs="+", default=None, help="only these tables (default: all, the headline first)")
+    rec.add_argument("--precision", default="fp32",
+                     help="fp32 | bf16 | tf32: the arithmetic of the training steps (records of another precision than "
+                          "fp32 have their own keys: the chapter compares them with the fp32 records)")
     tune = sub.add_parser("tune", help="choose a chapter's book-scale learning rate on a held-out split of the "
                                        "training images; writes results/tuning/<chapter>.json")
     tune.add_argument("chapters", nargs="+", help="chapters whose study names a TUNING run (pfedcspc, fedmate, fedprp)")
@@ -293,7 +296,8 @@ def cmd_records(args) -> int:
     check(args.max_runs is None or args.max_runs >= 1, "--max-runs", args.max_runs, "a positive number of runs")
     check(args.deadline is None or (math.isfinite(args.deadline) and args.deadline > 0), "--deadline", args.deadline,
           "a positive number of seconds")
-    summary = record_grid(recording_order(study.tables(args.scale), args.seeds, args.tables), args.chapter,
+    configs = recording_order(study.tables(args.scale), args.seeds, args.tables, precision=args.precision)
+    summary = record_grid(configs, args.chapter,
                           workers=args.workers, deadline_s=args.deadline, device=runtime["device"],
                           executor=runtime["executor"], max_runs=args.max_runs, scale=args.scale)
     print(

@@ -57,3 +57,92 @@ def test_a_bf16_run_trains_within_the_spread_of_fp32_runs_and_says_so(monkeypatc
     assert np.mean(acc["fp32"]) > 0.8   # it trains
     assert abs(np.mean(acc["bf16"]) - np.mean(acc["fp32"])) <= max(2 * np.std(acc["fp32"]), 0.03)
     assert acc["bf16"] != acc["fp32"]   # bf16 did change the arithmetic
+
+
+def test_records_records_another_precision_under_keys_of_its_own(capsys, monkeypatch, tmp_path):
+    """`records --precision bf16` queues the same grid in bf16: new keys (the fp32 records never stand in for
+    them), the headline table only with --tables; refused in one line where the processor has no bf16."""
+    from fedlib import results
+    from fedlib.cli import main
+    from fedlib.studies import fedgpa
+    from fedlib.studies.common import recording_order
+
+    tables = fedgpa.tables("reference")
+    fp32, bf16 = recording_order(tables, only=["headline"]), recording_order(tables, only=["headline"],
+                                                                              precision="bf16")
+    assert len(fp32) == len(bf16) == 10 * 2 * 3   # ten methods, s in {20, 80}, three seeds: Setting 1 only
+    assert {c.precision for c in bf16} == {"bf16"} and not {c.key() for c in fp32} & {c.key() for c in bf16}
+    assert {c.key() for c in fp32} <= {c.key() for c in recording_order(tables)}   # inside the comparison
+    assert len(recording_order(tables)) == len(recording_order({k: v for k, v in tables.items() if k != "headline"}))
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    monkeypatch.setattr(training, "cpu_has_bf16", lambda: True)
+    argv = ["records", "fedgpa", "--scale", "reference", "--precision", "bf16", "--tables", "headline", "--device",
+            "cpu", "--deadline", "1e-9"]
+    assert main(argv) == 0
+    assert "fedgpa at scale reference: 60 configs, 0 already recorded, 60 to run" in capsys.readouterr().out
+    monkeypatch.setattr(training, "cpu_has_bf16", lambda: False)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "precision='bf16' is not allowed" in err and "Traceback" not in err
+
+
+def _write(cfg, acc, root):
+    from fedlib import results
+
+    row = {"round": cfg.rounds, "personal_local_acc": acc}
+    results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
+                   "precision": cfg.precision, "history": [row], "final": row}, "fedgpa", root)
+
+
+def test_a_precision_check_pairs_runs_by_seed_and_compares_with_the_seed_spread(monkeypatch, tmp_path):
+    """Hand-made records: fp32 80/82/84 % over seeds 0-2 (population std 1.63 points) and bf16 81/82/83: paired
+    differences +1, 0, -1 (mean 0, within the spread, 95% CI 0 -/+ 4.303 x 1/sqrt(3) = [-2.48, +2.48]); a second
+    cell with bf16 3 points lower on every seed is outside it (an interval of width 0). A cell without bf16
+    records is left out."""
+    from fedlib import results
+    from fedlib.studies.precision import cell_differences, difference_rows, difference_summary, in_precision
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    base = make_config(method="fedavg", **DIGITS)
+    grid = {"a": [base.__class__(**{**base.__dict__, "seed": s}) for s in range(3)],
+            "b": [base.__class__(**{**base.__dict__, "seed": s, "lr": 0.1}) for s in range(3)],
+            "c": [base.__class__(**{**base.__dict__, "seed": s, "lr": 0.2}) for s in range(3)]}
+    other = in_precision(grid, "bf16")
+    for s in range(3):
+        _write(grid["a"][s], (80 + 2 * s) / 100, tmp_path)
+        _write(other["a"][s], (81 + s) / 100, tmp_path)
+        _write(grid["b"][s], (80 + 2 * s) / 100, tmp_path)
+        _write(other["b"][s], (77 + 2 * s) / 100, tmp_path)
+        _write(grid["c"][s], 0.5, tmp_path)
+    cells = cell_differences("fedgpa", grid, "personal_local_acc")
+    assert [c.cell for c in cells] == ["a", "b"]
+    assert cells[0].differences == pytest.approx({0: 1.0, 1: 0.0, 2: -1.0})
+    rows = difference_rows(cells, "personal_local_acc", lambda cell: {"cell": cell})
+    assert rows[0]["bf16 - fp32"] == 0.0 and rows[0]["fp32 std"] == 1.63 and rows[0]["within"] == "yes"
+    assert rows[0]["95% CI"] == "[-2.48, +2.48]"
+    assert rows[1]["bf16 - fp32"] == -3.0 and rows[1]["within"] == "no" and rows[1]["95% CI"] == "[-3.00, -3.00]"
+    summary = difference_summary(cells, "personal_local_acc", lambda cell: {"cell": cell})
+    assert summary.startswith("1 of 2 cells: |bf16 - fp32| within the fp32 std over seeds; largest mean difference "
+                              "-3.00 points (cell=b, fp32 std 1.63)")
+    assert "over all 6 paired runs (seeds 0, 1, 2) the mean difference is -1.50 points" in summary
+
+
+def test_fedgpa_reads_the_same_conclusions_from_both_precisions_when_they_agree(monkeypatch, tmp_path):
+    """Table 2 complete in fp32 and bf16 (FedGPA one point ahead of every method on every seed in both): the
+    five claims the table decides have the same outcome; before the bf16 records exist nothing is compared."""
+    from fedlib import results
+    from fedlib.studies import fedgpa
+    from fedlib.studies.common import recording_order
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    tables = fedgpa.tables("reference")
+    for cfg in recording_order(tables, only=["headline"]):
+        _write(cfg, 0.80 + (0.01 if cfg.method == "fedgpa" else 0.0) + 0.002 * cfg.seed, tmp_path)
+    assert fedgpa.precision_check()[0] == [] and fedgpa.precision_check()[3] == []
+    for cfg in recording_order(tables, only=["headline"], precision="bf16"):
+        _write(cfg, 0.80 + (0.01 if cfg.method == "fedgpa" else 0.0) + 0.002 * cfg.seed + 0.0005, tmp_path)
+    rows, records, summary, conclusions = fedgpa.precision_check()
+    assert len(rows) == 20 and len(records) == 120 and {r["bf16 - fp32"] for r in rows} == {0.05}
+    assert summary.startswith("20 of 20 cells")
+    assert conclusions and all(r["same outcome"] == "yes" for r in conclusions)
+    assert conclusions[0]["claim"].startswith("FedGPA has the highest accuracy") and "holds" in conclusions[0]["bf16"]

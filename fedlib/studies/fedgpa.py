@@ -659,12 +659,42 @@ CONVERGENCE = ("fedgpa", "fedpac")   # the paper's method and its main baseline,
 def tables(scale: str) -> dict:
     """The recorded grid of every table at ``scale`` (reference or paper), most needed first (``python -m fedlib
     records fedgpa [--scale reference]``): Tables 2/4/5, the Table 3 ablation, the mu sweep of Fig. 3; at
-    reference scale also FedGPA and FedPAC at 3x the rounds (Setting 1, s = 20, seed 0): the convergence check."""
+    reference scale also FedGPA and FedPAC at 3x the rounds (Setting 1, s = 20, seed 0): the convergence check.
+    ``headline`` is Table 2 alone (part of the comparison, so it adds no fp32 run)."""
     out = {"comparison": comparison_grid((1, 2, 3), (20, 80), METHODS, scale), "ablation": ablation_grid(scale),
-           "mu_sweep": mu_sweep_grid((20, 80), scale)}
+           "mu_sweep": mu_sweep_grid((20, 80), scale),
+           # Table 2 (Setting 1) alone, inside the comparison: the table a precision check records again
+           # (records fedgpa --scale reference --precision bf16 --tables headline)
+           "headline": comparison_grid((1,), (20, 80), METHODS, scale)}
     if scale == "reference":   # the evidence first: it is cheap and says what the budget can decide
         out = {"convergence": convergence_grid(comparison_grid((1,), (20,), CONVERGENCE, scale)), **out}
     return out
+
+
+def precision_check(scale: str = "reference", precision: str = "bf16") -> tuple[list[dict], list[dict], str,
+                                                                             list[dict]]:
+    """Table 2 (Setting 1) recorded in fp32 and in ``precision``: (rows per cell, their records, a summary
+    sentence, the claims both decide side by side; empty until every cell has records in both)."""
+    from fedlib.studies.common import stored_grid
+    from fedlib.studies.precision import (
+        cell_differences,
+        conclusion_rows,
+        difference_rows,
+        difference_summary,
+        in_precision,
+    )
+
+    grid = tables(scale)["headline"]
+    cells = cell_differences("fedgpa", grid, METRIC, precision)
+    label = lambda cell: {"method": LABELS[cell[0]], "s": cell[2]}  # noqa: E731
+    rows = difference_rows(cells, METRIC, label, precision)
+    records = [r for c in cells for r in (*c.base, *c.other)]
+    both = [stored_grid("fedgpa", g) for g in (grid, in_precision(grid, precision))]
+    conclusions = []
+    if all(c["records"] for stored in both for c in stored.values()):
+        claims = [verdicts({k: c["records"] for k, c in stored.items()}, [1], [20, 80], METHODS) for stored in both]
+        conclusions = conclusion_rows(claims[0], claims[1], precision)
+    return rows, records, difference_summary(cells, METRIC, label, precision), conclusions
 
 
 def recorded_rows(stored: dict, scale: str = "paper") -> list[dict]:

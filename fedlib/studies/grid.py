@@ -176,12 +176,13 @@ def convergence_grid(configs: dict, factor: int = 3) -> dict:
             for label, cfgs in configs.items()}
 
 
-def recording_order(tables: dict, seeds=None, only=None) -> list[Config]:
+def recording_order(tables: dict, seeds=None, only=None, precision: str = "fp32") -> list[Config]:
     """A chapter's configs at one scale in the order the ``records`` command fills them: ``tables``
     ({table: {cell: [configs over seeds]}}, the headline table first) one table after the other, each
     seed by seed (a partial run still fills whole tables, one seed at a time). ``seeds``: run exactly these
-    seeds in every table instead of each table's own; ``only``: these tables. A config that two tables
-    share (e.g. an ablation's full model) is listed once."""
+    seeds in every table instead of each table's own; ``only``: these tables; ``precision``: every config in
+    this arithmetic (fp32, the chapters' own, or bf16/tf32: records with keys of their own). A config that two
+    tables share (e.g. an ablation's full model) is listed once."""
     if only is not None:
         unknown = [t for t in only if t not in tables]
         check(not unknown, "tables", ", ".join(unknown), f"tables of this chapter: {', '.join(tables)}")
@@ -189,7 +190,7 @@ def recording_order(tables: dict, seeds=None, only=None) -> list[Config]:
     for name, grid in tables.items():
         if only is not None and name not in only:
             continue
-        cells = [configs for configs in grid.values()]
+        cells = [[dataclasses.replace(cfg, precision=precision) for cfg in configs] for configs in grid.values()]
         if seeds is not None:
             cells = [[dataclasses.replace(configs[0], seed=int(s)) for s in seeds] for configs in cells]
         by_seed: dict[int, list[Config]] = {}
