@@ -165,8 +165,11 @@ class Trainer:
         return Out(*functional_call(self.model, params, (x,), {"with_features": True}))
 
     @torch.no_grad()
-    def features(self, params: Params, x: torch.Tensor, chunk: int = 2048) -> Out:
-        """Features and logits of ``x`` under ``params`` (evaluation mode, chunked)."""
+    def features(self, params: Params, x: torch.Tensor, chunk: int | None = None) -> Out:
+        """Features and logits of ``x`` under ``params`` (evaluation mode), ``chunk`` rows per forward pass:
+        by default 256 on the CPU, where larger chunks spill out of the caches (cnn2: 2048 rows cost 2.7x the
+        time per image of 256, with bitwise the same outputs), 2048 on a GPU."""
+        chunk = chunk or (2048 if x.is_cuda else 256)
         self.model.load_state_dict(network_params(params), strict=True)
         self.model.eval()
         zs, ls, hs = [], [], []
