@@ -443,17 +443,32 @@ def table6(scale: str, store: str | None = None) -> tuple[list[dict], dict, dict
     """Table 6 analogue: global and/or local prototypes in each setting. Returns (rows, {variant: {setting:
     ms}}, runs)."""
     runs = run_grid(table6_grid(scale), desc="Table 6", progress=False, store=store)
-    t6: dict[str, dict] = {}
+    t6 = {label: {setting: mean_std(runs[(label, setting)]) for setting in SETTINGS} for label in VARIANTS_T6}
+    return table6_rows(runs), t6, runs
+
+
+def table6_rows(runs: dict) -> list[dict]:
+    """Table 6 from its runs {(variant, setting): records}: ours per setting (mean ± std over seeds; '-' where a
+    cell has no record) beside the paper's."""
     rows = []
     for label in VARIANTS_T6:
         row: dict[str, Any] = {"prototypes": label}
-        t6[label] = {}
         for k, setting in enumerate(SETTINGS):
-            t6[label][setting] = mean_std(runs[(label, setting)])
-            row[setting] = fmt(t6[label][setting])
+            row[setting] = fmt(mean_std(runs[(label, setting)])) if runs.get((label, setting)) else "-"
             row[f"paper: {setting}"] = PAPER_T6[label][k]
         rows.append(row)
-    return rows, t6, runs
+    return rows
+
+
+def paper_scale_table6() -> dict | None:
+    """Table 6's committed paper-scale records {(variant, setting): records}, or None until every cell has its
+    seeds."""
+    from fedlib.studies.common import stored_grid
+
+    grid = table6_grid("paper")
+    stored = stored_grid("fedpcl", grid)
+    runs = {k: c["records"] for k, c in stored.items()}
+    return runs if all(len(runs[k]) == len(grid[k]) for k in grid) else None
 
 
 def plot_backbone_similarity(scale: str):
