@@ -8,6 +8,7 @@ import pytest
 from fedlib.experiment import make_config
 from fedlib.studies import fedgpa, pfedcspc
 from fedlib.studies.common import run_grid
+from fedlib.studies.registry import chapters
 
 
 def fake(seed, values, metric="personal_local_acc", rounds=(2, 4)):
@@ -93,16 +94,16 @@ def test_paper_grid_orders_tables_then_seeds_and_takes_explicit_seeds():
 
 def test_chapter_labels_are_the_method_classes_labels_but_where_a_paper_names_a_method_otherwise():
     from fedlib.methods import METHODS
-    from fedlib.studies import fedgpa, fedmate, fedpcl, fedprp, pfedcspc
+    from fedlib.studies.registry import chapters
 
     own = {"fedmate": {"fedavg_ft": "FT-FedAvg"}, "fedpcl": {"local": "Solo"},
            "pfedcspc": {"lg_fedavg": "LG-Fed", "fedperpp": "FedPer++ (assumed form)"}}
-    for chapter in (fedgpa, fedmate, fedpcl, fedprp, pfedcspc):
-        renamed = own.get(chapter.__name__.rsplit(".", 1)[1], {})
-        assert {m: label for m, label in chapter.LABELS.items() if label != METHODS[m].label} == renamed
+    for name, chapter in chapters().items():
+        renamed = own.get(name, {})
+        assert {m: label for m, label in chapter.study.LABELS.items() if label != METHODS[m].label} == renamed
 
 
-@pytest.mark.parametrize("chapter", ["fedgpa", "fedmate", "fedpcl", "fedprp", "pfedcspc"])
+@pytest.mark.parametrize("chapter", list(chapters()))
 def test_every_chapter_has_the_same_four_scales_with_the_same_keys_and_names_them_on_a_bad_one(chapter):
     import importlib
 
