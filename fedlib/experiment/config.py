@@ -237,7 +237,7 @@ def validate(cfg: Config) -> None:
     from fedlib.data import dataset_names
     from fedlib.data.partition import PARTITIONERS
     from fedlib.data.sources import check_data_options
-    from fedlib.methods import METHODS, make_method
+    from fedlib.methods import METHODS, make_method, secure_aggregation_groups
     from fedlib.models import MODELS
 
     check_environment()
@@ -294,7 +294,7 @@ def validate(cfg: Config) -> None:
         check(cfg.secure_aggregation == "secagg+", "secure_aggregation", cfg.secure_aggregation, "'secagg+' or None")
         check(cfg.engine == "flower", "secure_aggregation", cfg.secure_aggregation,
               "only None with engine 'inprocess' (secure aggregation runs between Flower nodes: engine='flower')")
-        served = ", ".join(name for name, cls in METHODS.items() if cls.sums_uploads())
+        served = ", ".join(secure_aggregation_groups()["served"])
         check(METHODS[cfg.method].sums_uploads(), "secure_aggregation", cfg.secure_aggregation,
               f"only None for {cfg.method}, whose server needs each client's upload, not only their sum (SecAgg+ "
               f"serves the methods whose server rule is FedAvg's weighted mean of the shared parts: {served})")

@@ -38,7 +38,7 @@ from fedlib.methods.moon import Moon
 from fedlib.methods.perfedavg import PerFedAvg
 from fedlib.methods.pfedcspc import PFedCSPC
 from fedlib.methods.pfedme import PFedMe
-from fedlib.methods.registry import METHODS, make_method, register
+from fedlib.methods.registry import METHODS, make_method, register, secure_aggregation_groups
 from fedlib.methods.scaffold import Scaffold
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "Method",
     "make_method",
     "register",
+    "secure_aggregation_groups",
     "Local",
     "FedAvg",
     "FedAvgFT",

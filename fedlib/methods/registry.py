@@ -29,3 +29,10 @@ def make_method(name: str, **hyper) -> Method:
     if name not in METHODS:
         raise ConfigError("method", name, f"one of {', '.join(METHODS)}")
     return METHODS[name](**hyper)
+
+
+def secure_aggregation_groups() -> dict[str, list[str]]:
+    """The registered methods SecAgg+ serves (``Method.sums_uploads()``: the server needs only the sum of the
+    uploads) and those it refuses, each sorted: what validation, the Flower page and its tests read."""
+    served = sorted(name for name, cls in METHODS.items() if cls.sums_uploads())
+    return {"served": served, "refused": sorted(name for name in METHODS if name not in served)}
