@@ -331,3 +331,94 @@ def test_fedpcl_collapse_explanation_is_stated_only_where_the_records_support_it
     refuted = fedpcl.collapse_reading([row("pcl", 70.0, 11.0), row("pcl_no_relu", 71.0, 10.0)])
     assert refuted[-1] == "the records do not support the dead-ReLU explanation at this scale"
     assert fedpcl.collapse_reading([]) == ["the printed reading has no committed records yet"]
+
+
+def test_fedprp_reads_its_claims_from_committed_records_once_its_comparison_is_complete(monkeypatch, tmp_path):
+    """FedPRP at reference scale from a made-up complete set of committed records (FedPRP two points ahead on
+    every metric and seed, each module and beta = 0.9 helping): the comparison's claims hold at three seeds; a
+    missing ablation run leaves the ablation's claim out and says so; a missing comparison run decides nothing."""
+    from fedlib import results
+    from fedlib.studies import fedprp
+    from fedlib.studies.common import recording_order
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    configs = recording_order(fedprp.tables("reference"))
+    for cfg in configs:
+        full = cfg.method == "fedprp" and cfg.hyper.get("use_id", True) and cfg.hyper.get("use_ic", True)
+        acc = 0.60 + 0.02 * full + 0.01 * (cfg.hyper.get("beta") == 0.9) + 0.003 * cfg.seed
+        rows = [{"round": r, **{m: acc for m in ("a_loc", "a_glo", "a_sel", "global_few")}}
+                for r in (cfg.rounds - 5, cfg.rounds)]
+        results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
+                       "history": rows, "final": rows[-1]}, "fedprp", tmp_path)
+    claims, note = fedprp.recorded_claims("reference")
+    assert "seeds [0, 1, 2]" in note and "not yet complete" not in note
+    by_text = {c.claim: c for c in claims}
+    for name in ("A_loc under sharding (Table I)", "A_glo under Dirichlet skew (Table II)"):
+        verdict = by_text[f"FedPRP has the best {name}"].verdict
+        assert verdict.outcome == "holds" and verdict.n == 3 and verdict.mean == pytest.approx(2.0)
+    assert any(c.claim.startswith("both new terms help") for c in claims)
+    ablated = next(c for c in configs if c.hyper.get("use_id") is False and c.seed == 1)
+    (tmp_path / "fedprp" / f"{ablated.key()}.json").unlink()
+    claims, note = fedprp.recorded_claims("reference")
+    assert note.endswith("not yet complete: ablation") and not any(c.claim.startswith("both new") for c in claims)
+    compared = next(c for c in configs if c.method == "fedavg" and c.seed == 2)
+    (tmp_path / "fedprp" / f"{compared.key()}.json").unlink()
+    assert fedprp.recorded_claims("reference") is None
+
+
+def test_fedmate_reads_its_claims_from_committed_records_once_table1_is_complete(monkeypatch, tmp_path):
+    """FedMate at reference scale from made-up committed records (the full FedMate two points ahead on every seed):
+    Table 1's claim holds at three seeds; Table 2 joins when complete; a missing Table 1 run decides nothing."""
+    from fedlib import results
+    from fedlib.studies import fedmate
+    from fedlib.studies.common import recording_order
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    configs = recording_order(fedmate.tables("reference"))
+    for cfg in configs:
+        full = cfg.method == "fedmate" and all(cfg.hyper.get(k, True) for k in ("mps", "cft", "cci", "ccf"))
+        acc = 0.50 + 0.02 * full + 0.003 * cfg.seed
+        row = {"round": cfg.rounds, "personal_global_acc": acc, "personal_local_acc": acc, "uploaded_per_client": 10}
+        results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
+                       "history": [row], "final": row}, "fedmate", tmp_path)
+    claims, note = fedmate.recorded_claims("reference")
+    assert "seeds [0, 1, 2]" in note and "not yet complete" not in note
+    first = claims[0].verdict
+    assert claims[0].claim.startswith("FedMate generalizes best") and first.outcome == "holds" and first.n == 3
+    assert any(c.claim.startswith("FedMate adapts best to local data") for c in claims)
+    table2_run = next(c for c in configs if c in [x for xs in fedmate.table2_grid("reference").values() for x in xs])
+    (tmp_path / "fedmate" / f"{table2_run.key()}.json").unlink()
+    claims, note = fedmate.recorded_claims("reference")
+    assert "not yet complete: table2" in note and not any(c.claim.startswith("FedMate adapts") for c in claims)
+    table1_run = fedmate.table1_grid("reference")[next(iter(fedmate.table1_grid("reference")))][0]
+    (tmp_path / "fedmate" / f"{table1_run.key()}.json").unlink()
+    assert fedmate.recorded_claims("reference") is None
+
+
+def test_pfedcspc_reads_its_claims_from_committed_records_once_its_tables_are_complete(monkeypatch, tmp_path):
+    """pFedCSPC at reference scale from made-up committed records (pFedCSPC, and every variant with all its parts,
+    three points ahead on every metric and seed, and first to reach FedAvg's final accuracy): Table II's claim
+    holds at three seeds; one missing run of Table VI decides nothing."""
+    from fedlib import results
+    from fedlib.studies import pfedcspc
+    from fedlib.studies.common import recording_order
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    configs = recording_order(pfedcspc.tables("reference"))
+    for cfg in configs:
+        ahead = cfg.method == "pfedcspc" and set(cfg.hyper) == {"server_epochs"}   # the full method
+        acc = 0.50 + 0.03 * ahead + 0.003 * cfg.seed
+        metrics = ("acc_global", "i_local", "hm", "global_local_i_local", "global_global_acc@net")
+        rows = [{"round": r, **{m: acc - (0.0 if ahead else 0.1) * (r < cfg.rounds) for m in metrics}}
+                for r in (cfg.rounds // 2, cfg.rounds)]
+        results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
+                       "history": rows, "final": rows[-1]}, "pfedcspc", tmp_path)
+    claims, note = pfedcspc.recorded_claims("reference")
+    assert "seeds [0, 1, 2]" in note
+    headline = claims[0].verdict
+    assert headline.n == 3 and headline.outcome == "holds" and headline.mean == pytest.approx(3.0)
+    fewest = next(c for c in claims if c.claim.startswith("pFedCSPC reaches the target accuracy in the fewest"))
+    assert fewest.verdict.outcome == "holds"
+    plus = next(c for c in configs if c.hyper.get("base") and c.seed == 0)
+    (tmp_path / "pfedcspc" / f"{plus.key()}.json").unlink()
+    assert pfedcspc.recorded_claims("reference") is None

@@ -4,6 +4,7 @@ hands their names on, so chapters and notebooks import from one place."""
 from fedlib.studies.grid import (
                                  DEADLINE_GRACE_S,
                                  RUNTIME,
+                                 complete_runs,
                                  convergence_grid,
                                  default_workers,
                                  nested,
@@ -38,7 +39,8 @@ from fedlib.studies.report import (
 )
 
 __all__ = [
-    "RUNTIME", "set_runtime", "default_workers", "run_all", "run_grid", "nested", "with_seeds", "stored_grid",
+    "RUNTIME", "set_runtime", "complete_runs", "default_workers", "run_all", "run_grid", "nested", "with_seeds",
+    "stored_grid",
     "recording_order", "record_grid", "convergence_grid", "convergence_gap", "DEADLINE_GRACE_S", "method_labels",
     "mean_std", "fmt", "provenance", "records_in",
     "provenance_line", "ResultsTable", "show_table", "report_stored", "Claim", "verdict_html", "best_evidence_html",

@@ -463,6 +463,27 @@ NOT_OFFLINE = [
 CONVERGENCE = ("fedmate", "fedpac")   # the paper's method and its main baseline, run 3x longer at reference scale
 
 
+def recorded_claims(scale: str) -> tuple[list, str] | None:
+    """The claims' verdicts from the committed records at ``scale`` (reference or paper) once Table 1 (methods and
+    ablation rows) has every seed of every cell; Table 2, Fig. 5 and the CFT comparison join as each completes.
+    Returns (claims, what they were computed on), or None while Table 1 is incomplete."""
+    from fedlib.studies.common import complete_runs, nested
+
+    grids = tables(scale)
+    table1 = complete_runs("fedmate", grids["table1"])
+    if table1 is None:
+        return None
+    parts = {name: complete_runs("fedmate", grids[name]) for name in ("table2", "repeat", "communication")}
+    sc = scale_info(scale)
+    claims = verdicts(nested(table1), nested(parts["table2"]) if parts["table2"] else {}, parts["repeat"],
+                      parts["communication"], sc["table1_cells"])
+    seeds = sorted({int(r["seed"]) for recs in table1.values() for r in recs})
+    missing = [name for name, found in parts.items() if found is None]
+    return claims, (f"{scale} scale, committed records: {sc['clients']} clients of {sc['n']} samples, "
+                    f"{sc['rounds']} rounds, seeds {seeds}" + (f"; not yet complete: {', '.join(missing)}"
+                                                              if missing else ""))
+
+
 def tables(scale: str) -> dict:
     """The recorded grid of every table at ``scale`` (reference or paper), most needed first (``python -m fedlib
     records fedmate [--scale reference]``); at reference scale also the convergence check (Table 1's first cell,

@@ -463,12 +463,9 @@ def table6_rows(runs: dict) -> list[dict]:
 def paper_scale_table6() -> dict | None:
     """Table 6's committed paper-scale records {(variant, setting): records}, or None until every cell has its
     seeds."""
-    from fedlib.studies.common import stored_grid
+    from fedlib.studies.common import complete_runs
 
-    grid = table6_grid("paper")
-    stored = stored_grid("fedpcl", grid)
-    runs = {k: c["records"] for k, c in stored.items()}
-    return runs if all(len(runs[k]) == len(grid[k]) for k in grid) else None
+    return complete_runs("fedpcl", table6_grid("paper"))
 
 
 def plot_backbone_similarity(scale: str):

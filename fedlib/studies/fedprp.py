@@ -555,6 +555,38 @@ NOT_OFFLINE = [
 CONVERGENCE = ("fedprp", "fedavg")   # the paper's method and its main baseline, run 3x longer at reference scale
 
 
+def chapter_verdicts(runs: dict, ablation: dict | None, new_clients: dict | None, beta: dict | None,
+                     scale: str) -> list[Claim]:
+    """``verdicts`` on the chapter's tables as it keeps them: ``runs`` is the comparison {(dataset, partition,
+    method): records} (Tables I, II, III and V are read from it, on the first dataset), the others as
+    ``verdicts`` takes them (None: not run or not complete)."""
+    ds = scale_info(scale)["datasets"][0]
+    return verdicts({m: runs[(ds, "shards", m)] for m in METHODS}, {m: runs[(ds, "dirichlet", m)] for m in METHODS},
+                    {m: runs[(ds, "dirichlet", m)] for m in PAPER_T5[(0.4, 0.1)]},
+                    {kind: {m: runs[(ds, kind, m)] for m in PAPER_T3[kind]} for kind in KINDS},
+                    ablation, new_clients, beta, scale)
+
+
+def recorded_claims(scale: str) -> tuple[list, str] | None:
+    """The claims' verdicts from the committed records at ``scale`` (reference or paper) once the comparison has
+    every seed of every cell; Table VII, the ablation and the beta sweep join as each completes. Returns (claims,
+    what they were computed on), or None while the comparison is incomplete."""
+    from fedlib.studies.common import complete_runs
+
+    grids = tables(scale)
+    runs = complete_runs("fedprp", grids["comparison"])
+    if runs is None:
+        return None
+    parts = {name: complete_runs("fedprp", grids[name]) for name in ("late_clients", "ablation", "beta")}
+    claims = chapter_verdicts(runs, parts["ablation"], parts["late_clients"], parts["beta"], scale)
+    sc = scale_info(scale)
+    seeds = sorted({int(r["seed"]) for recs in runs.values() for r in recs})
+    missing = [name for name, found in parts.items() if found is None]
+    return claims, (f"{scale} scale, committed records: {sc['datasets'][0].upper()}-LT, gamma = {sc['gammas'][0]}, "
+                    f"{sc['rounds']} rounds, seeds {seeds}"
+                    + (f"; not yet complete: {', '.join(missing)}" if missing else ""))
+
+
 def tables(scale: str) -> dict:
     """The recorded grid of every table at ``scale`` (reference or paper), most needed first (``python -m fedlib
     records fedprp [--scale reference]``); at reference scale also the convergence check (FMNIST, shards,

@@ -169,6 +169,14 @@ def stored_grid(chapter: str, grid: dict, root=None) -> dict:
     return out
 
 
+def complete_runs(chapter: str, grid: dict, root=None) -> dict | None:
+    """{cell: committed records} of ``grid`` when every cell has a current record for each of its configs (every
+    seed), else None: a table decides its claims only when complete."""
+    stored = stored_grid(chapter, grid, root)
+    runs = {cell: c["records"] for cell, c in stored.items()}
+    return runs if all(len(runs[cell]) == len(configs) for cell, configs in grid.items()) else None
+
+
 def convergence_grid(configs: dict, factor: int = 3) -> dict:
     """{label: [config]} -> {label: [the same config at ``factor`` times its rounds, seed 0]}: the evidence that a
     reference budget has converged (the chapter compares each endpoint with the reference run's)."""

@@ -429,14 +429,15 @@ def table3_grid(scale: str) -> dict:
             for m in TABLE3 if m not in ("fedavg", "fedavg_ft", "pfedcspc")}
 
 
-def table3(table2_: dict, scale: str, store: str | None = None) -> tuple[list[dict], dict, list]:
+def table3(table2_: dict, scale: str, store: str | None = None, runs: dict | None = None
+           ) -> tuple[list[dict], dict, list]:
     """Table III: I_local of the personalized-FL baselines; FedAvg, FedAvg-FT and pFedCSPC come from Table II's
     runs (their seeds among the main seeds). Returns (rows, {dataset: {method: records}} of the personalized methods
     (FedAvg-FT and pFedCSPC from Table II, on the main seeds; I_local reads each one's own model), every record
-    used)."""
+    used). ``runs``: the records of ``table3_grid`` at hand (committed ones); None runs the grid."""
     sc = scale_info(scale)
     seeds = sc["main_seeds"]
-    runs = run_grid(table3_grid(scale), desc="Table III", store=store)
+    runs = run_grid(table3_grid(scale), desc="Table III", store=store) if runs is None else runs
     table: dict[str, dict] = {ds: {} for ds in sc["datasets"]}
     table.update(nested(runs))
     rows, used = [], list(runs.values())
@@ -465,11 +466,12 @@ def ablations_grid(scale: str) -> dict:
     return {name: with_seeds(ablation_config(name, ds, scale), seeds) for name in ABLATION_RUNS if name != "full"}
 
 
-def ablations(table2_: dict, scale: str, store: str | None = None) -> dict:
-    """Tables IV and V: {run name: records} for every ablation run (FedAvg and the full method from Table II)."""
+def ablations(table2_: dict, scale: str, store: str | None = None, runs: dict | None = None) -> dict:
+    """Tables IV and V: {run name: records} for every ablation run (FedAvg and the full method from Table II).
+    ``runs``: the records of ``ablations_grid`` at hand (committed ones); None runs the grid."""
     sc = scale_info(scale)
     ds, seeds = sc["datasets"][0], sc["seeds"]
-    runs = run_grid(ablations_grid(scale), desc="Tables IV-V", store=store)
+    runs = dict(run_grid(ablations_grid(scale), desc="Tables IV-V", store=store) if runs is None else runs)
     runs["fedavg"] = with_seed_in(table2_[ds]["fedavg"], seeds)
     runs["full"] = with_seed_in(table2_[ds]["pfedcspc"], seeds)
     return runs
@@ -494,14 +496,15 @@ def table6_grid(scale: str) -> dict:
     return grid
 
 
-def table6(table2_: dict, scale: str, store: str | None = None) -> tuple[list[dict], dict]:
+def table6(table2_: dict, scale: str, store: str | None = None, runs: dict | None = None) -> tuple[list[dict], dict]:
     """Table VI: pFedCSPC on other local objectives, each beside the objective alone. Returns (rows,
-    {base: (records alone, records with pFedCSPC)})."""
+    {base: (records alone, records with pFedCSPC)}). ``runs``: the records of ``table6_grid`` at hand (committed
+    ones); None runs what Table II has not."""
     sc = scale_info(scale)
     ds, seeds = sc["datasets"][0], sc["main_seeds"]
     alone = {b: with_seed_in(table2_[ds][b], seeds) for b in TABLE6_BASES if b in table2_[ds]}
     todo = {k: v for k, v in table6_grid(scale).items() if k not in alone}
-    done = run_grid(todo, desc="Table VI", store=store)
+    done = run_grid(todo, desc="Table VI", store=store) if runs is None else runs
     table = {b: (alone.get(b) or done[b], done[f"+{b}"]) for b in TABLE6_BASES}
     rows = [{"method": LABELS[b], f"{ds.upper()} alone": fmt(mean_std(a, "acc_global")),
              f"{ds.upper()} +pFedCSPC": fmt(mean_std(w, "acc_global")),
@@ -666,6 +669,32 @@ NOT_OFFLINE = [
      "FMNIST in place of CIFAR-10 (and MNIST at paper scale)"),
 ]
 CONVERGENCE = ("pfedcspc", "fedavg")   # the paper's method and its main baseline, run 3x longer at reference scale
+
+
+def recorded_claims(scale: str) -> tuple[list, str] | None:
+    """The claims' verdicts from the committed records at ``scale`` (reference or paper) once Tables II, III, the
+    ablations (IV-V) and VI have every seed of every cell (Table VII reads their curves). Returns (claims, what they
+    were computed on), or None before."""
+    from fedlib.studies.common import complete_runs, nested
+
+    grids = tables(scale)
+    found: dict[str, dict] = {}
+    for name in ("table2", "table3", "ablations", "table6"):
+        runs = complete_runs("pfedcspc", grids[name])
+        if runs is None:
+            return None
+        found[name] = runs
+    sc = scale_info(scale)
+    ds = sc["datasets"][0]
+    t2 = nested(found["table2"])
+    _, t3, _ = table3(t2, scale, runs=found["table3"])
+    ablation = ablations(t2, scale, runs=found["ablations"])
+    _, t6 = table6(t2, scale, runs=found["table6"])
+    _, t7, _, _, t7_records = table7(t2, t6, scale)
+    seeds = sorted({int(r["seed"]) for recs in found["table2"].values() for r in recs})
+    return (verdicts(t2[ds], t3[ds], ablation, t6, t7, t7_records),
+            f"{scale} scale, committed records: {ds.upper()}, {sc['clients']} clients, {sc['rounds']} rounds, "
+            f"seeds {seeds}")
 
 
 def tables(scale: str) -> dict:

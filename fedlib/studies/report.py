@@ -685,13 +685,23 @@ def claim_runs(study, scale: str = "reference") -> list[dict]:
                    for claim, why in study.NOT_OFFLINE]
 
 
-def recorded_scale_notes(chapter: str) -> dict[str, str]:
-    """For a chapter whose notebook does not yet read its recorded scales back: what each has (the verdict box
-    says so instead of leaving the scale out)."""
+def recorded_evidence(chapter: str, recorded_claims) -> tuple[dict[str, list[Claim]], dict[str, str]]:
+    """The claims each recorded scale decides from the chapter's committed records (``recorded_claims(scale)``, the
+    chapter's reader: (claims, what they were computed on), or None), each saved as that scale's summary for the
+    Results overview; where a scale decides nothing yet, why, from its coverage. Returns ({scale: claims},
+    {scale: note})."""
     from fedlib.experiment import RECORDED_SCALES
 
-    return {s: f"{coverage_text(coverage(chapter, s))}; this chapter does not read them into its verdicts yet"
-            for s in RECORDED_SCALES}
+    by_scale, notes = {}, {}
+    for scale in RECORDED_SCALES:
+        found = recorded_claims(scale)
+        if found:
+            by_scale[scale], notes[scale] = found
+            save_summary(chapter, scale, claims=found[0], scale_note=found[1])
+        else:
+            notes[scale] = (f"no table that decides a claim has all its records yet "
+                            f"({coverage_text(coverage(chapter, scale))}): it decides no claim")
+    return by_scale, notes
 
 
 def coverage_text(cov: dict) -> str:
