@@ -422,3 +422,36 @@ def test_pfedcspc_reads_its_claims_from_committed_records_once_its_tables_are_co
     plus = next(c for c in configs if c.hyper.get("base") and c.seed == 0)
     (tmp_path / "pfedcspc" / f"{plus.key()}.json").unlink()
     assert pfedcspc.recorded_claims("reference") is None
+
+
+def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_the_same_configs(monkeypatch, tmp_path):
+    """FedPRP's convergence grid (its reference configs at 3x the rounds, seed 0) beside the reference runs of the
+    same configs over seeds 0-2, from made-up records: FedPRP 80/81/82 % at round R and 85 % at 3R is still moving
+    (+5.00 points, beyond 1 point and the seeds' std 0.82); FedAvg 70/70.5/71 and 70.4 has settled (+0.40)."""
+    import dataclasses
+
+    from fedlib import results
+    from fedlib.studies import fedprp
+    from fedlib.studies.convergence import convergence_rows, convergence_runs, convergence_verdict
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+
+    def write(cfg, acc):
+        row = {"round": cfg.rounds, "a_loc": acc}
+        results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
+                       "history": [row], "final": row}, "fedprp", tmp_path)
+
+    grid = fedprp.tables("reference")["convergence"]
+    assert list(fedprp.tables("reference"))[0] == "convergence"   # recorded first
+    for method, at_r, at_3r in (("fedprp", (0.80, 0.81, 0.82), 0.85), ("fedavg", (0.70, 0.705, 0.71), 0.704)):
+        longer = grid[method][0]
+        write(longer, at_3r)
+        for seed, acc in enumerate(at_r):
+            write(dataclasses.replace(longer, rounds=longer.rounds // 3, seed=seed), acc)
+    reference, longer = convergence_runs("fedprp", grid)
+    assert {m: len(r) for m, r in reference.items()} == {"fedprp": 3, "fedavg": 3}
+    rows = convergence_rows(reference, longer, "a_loc", fedprp.LABELS)
+    assert [r["gap 150 - 50"] for r in rows] == [5.0, 0.4] and rows[0]["reference std over seeds"] == 0.82
+    lines = convergence_verdict(rows)
+    assert "still moving (beyond 1.00 points)" in lines[0] and "settled" in lines[1]
+    assert fedprp.tables("reference")["comparison"][("fmnist", "shards", "fedprp")][0].rounds == 50

@@ -22,6 +22,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     set_runtime,
     with_seeds,
 )
+from fedlib.studies.convergence import convergence_verdict  # noqa: F401  (the notebook reads it here)
 from fedlib.studies.grid import Scales
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import local, majority_floor
@@ -509,66 +510,28 @@ def value_at(record: dict, rnd: int, metric: str = METRIC) -> float | None:
 
 
 def convergence_rows(reference: dict, longer: dict, paper: dict) -> list[dict]:
-    """The convergence check, per method of CONVERGENCE (Setting 1, s = 20, seed 0): its accuracy at the
-    reference budget R, at 3R (the reference config run 3x longer) and at the paper's 150 rounds (the committed
-    paper-scale record, where there is one), the gap 3R - R, and the spread of the reference over its seeds.
-    ``reference``/``longer``/``paper``: {method: records}."""
-    from fedlib.studies.common import convergence_gap
+    """The convergence check (``studies.convergence``), per method of CONVERGENCE (Setting 1, s = 20, seed 0): its
+    accuracy at the reference budget R and at 3R, with the paper's 150 rounds beside them (the committed paper-scale
+    record, where there is one). ``reference``/``longer``/``paper``: {method: records}."""
+    from fedlib.studies.convergence import convergence_rows as rows_of
 
-    rows = []
-    for m in CONVERGENCE:
-        if not reference.get(m) or not longer.get(m):
-            continue
-        gap = convergence_gap(reference[m], longer[m][0], METRIC)
-        R, far = gap["rounds"]
-        full = next((value_at(r, 150) for r in paper.get(m, []) if int(r["seed"]) == 0), None)
-        rows.append({"method": LABELS[m], f"round {R} (reference)": round(gap["reference"], 2),
-                     f"round {far} (3x)": round(gap["longer"], 2),
-                     "round 150 (paper)": None if full is None else round(full, 2),
-                     f"gap {far} - {R}": round(gap["gap"], 2), "reference std over seeds": round(gap["spread"], 2)})
-    return rows
-
-
-def convergence_verdict(rows: list[dict]) -> list[str]:
-    """One line per method of ``convergence_rows``: has its accuracy settled at the reference budget (the gap to
-    3x the rounds within 1 point or the reference's spread over seeds)?"""
+    rows = rows_of({m: reference.get(m, []) for m in CONVERGENCE}, longer, METRIC, LABELS)
+    by_label = {LABELS[m]: m for m in CONVERGENCE}
     out = []
     for row in rows:
-        gap = next(v for k, v in row.items() if k.startswith("gap"))
-        spread = row["reference std over seeds"]
-        bound = max(1.0, spread if spread == spread else 0.0)   # NaN spread (one seed): 1 point
-        out.append(f"{row['method']}: {gap:+.2f} points from the reference budget to 3x its rounds: "
-                   + ("settled (within 1 point or the seed spread)" if abs(gap) <= bound else
-                      f"still moving (beyond {bound:.2f} points): the reference scale does not give this method's "
-                      "converged accuracy; its verdicts rest on margins, see the table below"))
+        full = next((value_at(r, 150) for r in paper.get(by_label[row["method"]], []) if int(r["seed"]) == 0), None)
+        items = list(row.items())
+        out.append(dict(items[:3] + [("round 150 (paper)", None if full is None else round(full, 2))] + items[3:]))
     return out
 
 
 def plot_convergence(longer: dict, paper: dict, R: int):
     """Accuracy per evaluated round of the 3x runs and of the paper-scale records (seed 0, Setting 1, s = 20),
     with the reference budget marked."""
-    import matplotlib.pyplot as plt
+    from fedlib.studies.convergence import plot_convergence as plot
 
-    fig, ax = plt.subplots(figsize=(6.4, 4))
-    for m, color in zip(CONVERGENCE, ("C0", "C1")):
-        for recs, style, what in ((paper.get(m, []), ":", "paper-scale record"), (longer.get(m, []), "-", "3x run")):
-            rec = next((r for r in recs if int(r["seed"]) == 0), None)
-            if rec is None:
-                continue
-            pts = [(h["round"], 100 * h[METRIC]) for h in rec["history"] if METRIC in h]
-            ax.plot(*zip(*pts), style, color=color, marker="o" if style == "-" else None, ms=3,
-                    label=f"{LABELS[m]}, {what}")
-    ax.axvline(R, color="grey", lw=1)
-    ax.annotate(f"reference: round {R}", (R, ax.get_ylim()[0]), xytext=(4, 4), textcoords="offset points",
-                fontsize=8)
-    ax.set_xlabel("round")
-    ax.set_ylabel("personalized accuracy (%)")
-    ax.set_title("FMNIST Setting 1, s = 20, seed 0")
-    chance_line(ax)
-    floor_line(ax, majority_floor([r for recs in (*paper.values(), *longer.values()) for r in recs]))
-    ax.legend(fontsize=7)
-    ax.grid(alpha=0.3)
-    return fig
+    return plot({m: longer.get(m, []) for m in CONVERGENCE}, R, METRIC, LABELS, "FMNIST Setting 1, s = 20, seed 0",
+                "personalized accuracy (%)", paper=paper, local_test=True)
 
 
 # which recorded table decides each claim of ``verdicts`` (in its order), and what the paper shows that no offline

@@ -593,10 +593,10 @@ def tables(scale: str) -> dict:
     FedPRP and FedAvg at 3x the rounds, seed 0)."""
     out = {"comparison": comparison_grid(scale), "late_clients": late_clients_grid(scale),
            "ablation": ablation_grid(scale), "beta": beta_grid(scale)}
-    if scale == "reference":
+    if scale == "reference":   # the evidence first: it says what the budget can decide
         grid = comparison_grid(scale)
-        out["convergence"] = convergence_grid({m: grid[(scale_info(scale)["datasets"][0], "shards", m)]
-                                               for m in CONVERGENCE})
+        out = {"convergence": convergence_grid({m: grid[(scale_info(scale)["datasets"][0], "shards", m)]
+                                                for m in CONVERGENCE}), **out}
     return out
 
 

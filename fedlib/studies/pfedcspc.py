@@ -703,9 +703,10 @@ def tables(scale: str) -> dict:
     dataset, pFedCSPC and FedAvg at 3x the rounds, seed 0)."""
     out = {"table2": table2_grid(scale), "table3": table3_grid(scale), "ablations": ablations_grid(scale),
            "table6": table6_grid(scale), "sweeps": sweeps_grid(scale)}
-    if scale == "reference":
+    if scale == "reference":   # the evidence first: it says what the budget can decide
         grid = table2_grid(scale)
-        out["convergence"] = convergence_grid({m: grid[(scale_info(scale)["datasets"][0], m)] for m in CONVERGENCE})
+        out = {"convergence": convergence_grid({m: grid[(scale_info(scale)["datasets"][0], m)]
+                                                for m in CONVERGENCE}), **out}
     return out
 
 

@@ -1,0 +1,109 @@
+"""Has a reference budget converged? Every chapter with a reference scale records its paper's method and main
+baseline at 3x the reference rounds (seed 0; the ``convergence`` table of ``tables("reference")``, built by
+``grid.convergence_grid`` from cells of its headline table). This module reads those runs beside the reference
+runs of the same configs, says per method whether the endpoint moved beyond 1 point or the seed spread, and draws
+the curves with the reference budget marked."""
+from __future__ import annotations
+
+import dataclasses
+
+from fedlib.plots import chance_line, floor_line
+from fedlib.studies.grid import stored_grid
+from fedlib.studies.report import convergence_gap, majority_floor
+
+
+def convergence_runs(chapter: str, longer_grid: dict, factor: int = 3) -> tuple[dict, dict]:
+    """({label: records of the reference configs over seeds 0-2}, {label: records of the 3x run}) of the chapter's
+    ``convergence`` grid {label: [config at factor x the reference rounds]}: the reference config is the same one at
+    1/factor of the rounds, every seed the committed records have."""
+    reference_grid = {label: [dataclasses.replace(cfgs[0], rounds=cfgs[0].rounds // factor, seed=s) for s in (0, 1, 2)]
+                      for label, cfgs in longer_grid.items()}
+    reference, longer = stored_grid(chapter, reference_grid), stored_grid(chapter, longer_grid)
+    return ({label: c["records"] for label, c in reference.items()},
+            {label: c["records"] for label, c in longer.items()})
+
+
+def convergence_rows(reference: dict, longer: dict, metric: str, labels: dict) -> list[dict]:
+    """Per label with both a seed-0 reference record and its 3x run: the metric (%) at the reference budget R and
+    at 3R (seed 0), the gap 3R - R (points) and the reference's std over seeds (points). ``labels``: {label: how
+    the table names it}."""
+    rows = []
+    for label, recs in reference.items():
+        if not longer.get(label) or not any(int(r["seed"]) == 0 for r in recs):
+            continue
+        gap = convergence_gap(recs, longer[label][0], metric)
+        R, far = gap["rounds"]
+        rows.append({"method": labels.get(label, str(label)), f"round {R} (reference)": round(gap["reference"], 2),
+                     f"round {far} (3x)": round(gap["longer"], 2), f"gap {far} - {R}": round(gap["gap"], 2),
+                     "reference std over seeds": round(gap["spread"], 2)})
+    return rows
+
+
+def convergence_verdict(rows: list[dict]) -> list[str]:
+    """One line per row of ``convergence_rows``: has the accuracy settled at the reference budget (the gap to 3x the
+    rounds within 1 point or the reference's spread over seeds)?"""
+    out = []
+    for row in rows:
+        gap = next(v for k, v in row.items() if k.startswith("gap"))
+        spread = row["reference std over seeds"]
+        bound = max(1.0, spread if spread == spread else 0.0)   # NaN spread (one seed): 1 point
+        out.append(f"{row['method']}: {gap:+.2f} points from the reference budget to 3x its rounds: "
+                   + ("settled (within 1 point or the seed spread)" if abs(gap) <= bound else
+                      f"still moving (beyond {bound:.2f} points): the reference scale does not give this method's "
+                      "converged accuracy; its verdicts rest on margins at equal budgets"))
+    return out
+
+
+def plot_convergence(longer: dict, R: int, metric: str, labels: dict, title: str, ylabel: str,
+                     paper: dict | None = None, local_test: bool = False):
+    """``metric`` per evaluated round of the 3x runs (solid) and, where given, of committed paper-scale records of
+    the same configs (dotted), seed 0, with the reference budget R marked; chance and, where the metric reads the
+    clients' local test sets (``local_test``), the majority floor."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4))
+    paper = paper or {}
+    for i, label in enumerate(longer):
+        for recs, style, what in ((paper.get(label, []), ":", "paper-scale record"), (longer[label], "-", "3x run")):
+            rec = next((r for r in recs if int(r["seed"]) == 0), None)
+            if rec is None:
+                continue
+            pts = [(h["round"], 100 * h[metric]) for h in rec["history"] if metric in h]
+            ax.plot(*zip(*pts), style, color=f"C{i}", marker="o" if style == "-" else None, ms=3,
+                    label=f"{labels.get(label, label)}, {what}")
+    ax.axvline(R, color="grey", lw=1)
+    ax.annotate(f"reference: round {R}", (R, ax.get_ylim()[0]), xytext=(4, 4), textcoords="offset points",
+                fontsize=8)
+    ax.set_xlabel("round")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    chance_line(ax)
+    if local_test:
+        floor_line(ax, majority_floor([r for recs in (*paper.values(), *longer.values()) for r in recs]))
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def show_convergence(chapter: str, metric: str, labels: dict, title: str, ylabel: str, test_set: str,
+                     local_test: bool = False) -> list[dict]:
+    """A notebook's convergence section in one call: the table of ``convergence_rows`` from the chapter's committed
+    records (its provenance and floor), one line per method from ``convergence_verdict`` and the curves; or a line
+    saying the runs are not recorded yet. Returns the rows."""
+    from fedlib.studies.registry import study
+    from fedlib.studies.report import show_table
+
+    grid = study(chapter).tables("reference")["convergence"]
+    reference, longer = convergence_runs(chapter, grid)
+    rows = convergence_rows(reference, longer, metric, labels)
+    if not rows:
+        print(f"the convergence runs are not recorded yet (`python -m fedlib records {chapter} --scale reference` "
+              "records them first)")
+        return rows
+    records = [r for recs in (*reference.values(), *longer.values()) for r in recs]
+    show_table(rows, records, "reference", test_set, note=f"{title}; {metric} at the last evaluation (%); gap in "
+                                                          "points")
+    print("\n".join(convergence_verdict(rows)))
+    R = next(cfgs[0].rounds for cfgs in grid.values()) // 3
+    plot_convergence(longer, R, metric, labels, title, ylabel, local_test=local_test)
+    return rows
