@@ -455,3 +455,22 @@ def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_th
     lines = convergence_verdict(rows)
     assert "still moving (beyond 1.00 points)" in lines[0] and "settled" in lines[1]
     assert fedprp.tables("reference")["comparison"][("fmnist", "shards", "fedprp")][0].rounds == 50
+
+
+def test_fedpcls_official_regime_is_table2_with_100_training_images_per_domain():
+    """The official code's regime: every cell of Table 2 and of the reading check again with 10 images per class
+    per client (feature shift: 100 per domain), keys of their own; the 2,000-image grid keeps its keys, so its
+    committed records stay current. The reading check in that regime has no Table 6 rows (never recorded there)."""
+    from fedlib.studies import fedpcl
+
+    ours, few = fedpcl.table2_grid("paper"), fedpcl.table2_grid("paper", fedpcl.FEW_SHOT)
+    assert list(ours) == list(few) and fedpcl.FEW_SHOT == 100
+    assert {c.data_options["n_train"] for cs in few.values() for c in cs} == {100}
+    assert {c.data_options["n_train"] for cs in ours.values() for c in cs} == {2000}
+    assert not {c.key() for cs in ours.values() for c in cs} & {c.key() for cs in few.values() for c in cs}
+    assert [dict(c.data_options, n_train=2000) for cs in few.values() for c in cs] == \
+        [c.data_options for cs in ours.values() for c in cs]
+    tables = fedpcl.tables("paper")
+    assert tables["table2_few_shot"].keys() == few.keys() and "reading_few_shot" in tables
+    rows, _ = fedpcl.reading_check(fedpcl.FEW_SHOT)
+    assert [r["variant"] for r in rows] == [fedpcl.READING_LABELS[name] for name in fedpcl.READINGS]

@@ -678,18 +678,20 @@ def paper_scale_gaps(stored: dict, within: float = 2.0) -> list[str]:
             "spread; the others:"] + lines
 
 
-def reading_check() -> tuple[list[dict], dict]:
+def reading_check(n_train: int | None = None) -> tuple[list[dict], dict]:
     """FedPCL under feature shift with three backbones at paper scale, from the committed records: as printed
-    (L_g + L_p), each term alone (Table 6's rows) and with the InfoNCE denominators. Per variant the last
-    accuracy, the best evaluated one and its round (mean over seeds). Returns (rows, {variant: records})."""
+    (L_g + L_p), each term alone (Table 6's rows, in the chapter's own regime) and the other readings. Per variant
+    the last accuracy, the best evaluated one and its round (mean over seeds). ``n_train``: the data regime
+    (``FEW_SHOT``: the official code's). Returns (rows, {variant: records})."""
     import numpy as np
 
     from fedlib.studies.common import stored_grid
 
-    readings = reading_grid("paper")
-    grids = {READING_LABELS["pcl"]: readings["pcl"],
-             "L_g only (global prototypes)": table6_grid("paper")[("global only", "feature shift")],
-             "L_p only (local prototypes)": table6_grid("paper")[("local only", "feature shift")],
+    readings = reading_grid("paper", n_train)
+    terms = {} if n_train else {
+        "L_g only (global prototypes)": table6_grid("paper")[("global only", "feature shift")],
+        "L_p only (local prototypes)": table6_grid("paper")[("local only", "feature shift")]}
+    grids = {READING_LABELS["pcl"]: readings["pcl"], **terms,
              **{READING_LABELS[name]: readings[name] for name in READINGS if name != "pcl"}}
     stored = stored_grid("fedpcl", grids)
     rows, runs = [], {}
