@@ -125,3 +125,23 @@ def test_projection_fc_is_one_linear_layer_on_the_unit_sphere_without_relu():
     assert torch.allclose(z.norm(dim=1), torch.ones(64), atol=1e-5)
     assert (z < 0).any()   # no ReLU before the normalisation: negative coordinates survive
     assert not any(isinstance(m, torch.nn.ReLU) for m in model.modules())
+
+
+def test_the_official_baselines_classifier_gives_unit_norm_logits_in_0_1():
+    """FedPCL's official code classifies its baselines with normalize(relu(fc z)): every logit in [0, 1], unit norm,
+    so the smallest cross-entropy a sample can reach (one logit 1, the other K - 1 at 0) is log(e + 9) - 1 = 1.4611
+    for K = 10."""
+    import math
+
+    import torch
+
+    from fedlib.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model("projection_official_head", (64,), 10)
+    logits = model(torch.randn(32, 64))
+    assert logits.min() >= 0 and logits.max() <= 1
+    assert torch.allclose(logits.norm(dim=1)[logits.norm(dim=1) > 0], torch.tensor(1.0))
+    best = torch.nn.functional.cross_entropy(torch.eye(10)[:1], torch.tensor([0]))
+    assert float(best) == pytest.approx(math.log(math.e + 9) - 1, abs=1e-6) == pytest.approx(1.4611, abs=1e-4)
+    assert [n for n, _ in model.named_parameters()] == ["body.1.weight", "body.1.bias", "head.0.weight", "head.0.bias"]

@@ -23,12 +23,12 @@ class SplitModel(nn.Module):
     """body -> projector -> head. ``features`` is the projector output (the prototype space)."""
 
     def __init__(self, body: nn.Module, feature_dim: int, num_classes: int, projector: nn.Module | None = None,
-                 projector_dim: int | None = None):
+                 projector_dim: int | None = None, head: nn.Module | None = None):
         super().__init__()
         self.body = body
         self.projector = projector if projector is not None else nn.Identity()
         self.feature_dim = projector_dim or feature_dim
-        self.head = nn.Linear(self.feature_dim, num_classes)
+        self.head = head if head is not None else nn.Linear(self.feature_dim, num_classes)
 
     def forward_features(self, x: torch.Tensor, from_features: bool = False):
         """(features z, logits, encoder output h); ``from_features``: x is already the body's output."""
@@ -133,6 +133,14 @@ def projection_fc(input_shape, num_classes: int, dim: int = 256) -> SplitModel:
                       dim, num_classes)
 
 
+def projection_official_head(input_shape, num_classes: int, dim: int = 256) -> SplitModel:
+    """FedPCL's projection with the classifier its official code gives the baselines (Solo, FedAvg, ...):
+    logits = normalize(relu(fc z)), so each logit lies in [0, 1] and the logits have unit norm (cross-entropy cannot
+    fall below log(e + K - 1) - 1, 1.46 for K = 10); the book's baselines use a plain linear head."""
+    return SplitModel(nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), dim), nn.ReLU(), L2Normalize()),
+                      dim, num_classes, head=nn.Sequential(nn.Linear(dim, num_classes), nn.ReLU(), L2Normalize()))
+
+
 def mlp(input_shape, num_classes: int, hidden: int = 128) -> SplitModel:
     return SplitModel(nn.Sequential(nn.Flatten(), nn.Linear(math.prod(input_shape), hidden), nn.ReLU()),
                       hidden, num_classes)
@@ -140,7 +148,8 @@ def mlp(input_shape, num_classes: int, hidden: int = 128) -> SplitModel:
 
 MODELS = {"cnn2": cnn2, "cnn3": cnn3, "cnn_fedavg": cnn_fedavg, "cnn_cspc": cnn_cspc, "resnet18": resnet18,
           "resnet18_cspc": resnet18_cspc,
-          "mlp": mlp, "projection": projection, "projection_fc": projection_fc}
+          "mlp": mlp, "projection": projection, "projection_fc": projection_fc,
+          "projection_official_head": projection_official_head}
 DEFAULT_MODEL = {"fmnist": "cnn2", "mnist": "cnn2", "emnist": "cnn2", "digits": "cnn2", "usps": "cnn2",
                  "cifar10": "cnn3", "cifar100": "cnn3", "svhn": "cnn3", "digit4": "cnn3"}
 

@@ -582,6 +582,35 @@ def reading_grid(scale: str, n_train: int | None = None) -> dict:
             for name, (hyper, model) in READINGS.items()}
 
 
+OFFICIAL_HEAD = ("local", "fedavg")   # the baselines the issue's few-shot check scored with the official classifier
+
+
+def official_head_grid(scale: str, n_train: int | None = None) -> dict:
+    """Solo and FedAvg of Table 2 (both backbone sets) with the official code's classifier for baselines
+    (``models.projection_official_head``: logits normalize(relu(fc z))), beside Table 2's linear head."""
+    seeds = scale_info(scale)["headline_seeds"]
+    return {(bb, m): with_seeds(config(m, "feature shift", bbs, scale, model="projection_official_head",
+                                       n_train=n_train), seeds)
+            for bb, bbs in (("s", SINGLE), ("m", MULTI)) for m in OFFICIAL_HEAD}
+
+
+def official_head_rows() -> list[dict]:
+    """From the committed paper-scale records: Solo and FedAvg with the linear head and with the official code's
+    classifier, in the chapter's regime and the official one (mean ± std over seeds; '-' where not recorded)."""
+    from fedlib.studies.common import stored_grid
+
+    rows = []
+    for regime, n_train in ((f"{PAPER_SCALE['n_train']} images per domain", None),
+                            (f"official: {FEW_SHOT} per domain", FEW_SHOT)):
+        linear = stored_grid("fedpcl", {k: table2_grid("paper", n_train)[k] for k in official_head_grid("paper")})
+        official = stored_grid("fedpcl", official_head_grid("paper", n_train))
+        for bb, m in linear:
+            shown = {head: fmt(mean_std(c[(bb, m)]["records"])) if c[(bb, m)]["records"] else "-"
+                     for head, c in (("linear head (this book)", linear), ("official classifier", official))}
+            rows.append({"regime": regime, "BB": bb, "method": LABELS[m], **shown})
+    return rows
+
+
 def predicted_share(records: list[dict], cls: int = 0) -> float:
     """Share (%) of the clients' local test images that the final models predict as class ``cls`` (from the records'
     confusion counts, mean over clients and seeds): all-zero projections score 0 with every prototype, and an
@@ -603,6 +632,7 @@ def tables(scale: str) -> dict:
     name the same runs."""
     return {"table2": table2_grid(scale), "reading": reading_grid(scale), "table6": table6_grid(scale),
             "table2_few_shot": table2_grid(scale, FEW_SHOT), "reading_few_shot": reading_grid(scale, FEW_SHOT),
+            "official_head_few_shot": official_head_grid(scale, FEW_SHOT), "official_head": official_head_grid(scale),
             "table5": table5_grid(scale), "label_shift": label_shift_grid(scale), "table4": table4_grid(scale),
             "noise": noise_grid(scale)}
 
