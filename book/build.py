@@ -194,6 +194,30 @@ def merge_parameters(executed: Path) -> bool:
     return True
 
 
+STATUS_MARK = "Where this chapter stands"   # report.status_html's box, shown by the notebook's set-up cell
+
+
+def status_first(executed: Path) -> bool:
+    """The status box is the first thing under the page's title: its output moves from the set-up cell into a cell
+    of its own right after the title (input hidden), so a reader sees what the page can and cannot say before the
+    parameters and the set-up. Returns whether the notebook changed."""
+    import nbformat
+
+    nb = nbformat.read(str(executed), as_version=4)
+    for cell in nb.cells:
+        if "remove-input" in cell.metadata.get("tags", []) and not cell.source:
+            return False   # moved already
+        for i, out in enumerate(cell.get("outputs", [])):
+            if STATUS_MARK in str(out.get("data", {}).get("text/html", "")):
+                box = cell.outputs.pop(i)
+                title = next((k for k, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
+                status = nbformat.v4.new_code_cell("", metadata={"tags": ["remove-input"]}, outputs=[box])
+                nb.cells.insert(title + 1, status)
+                nbformat.write(nb, str(executed))
+                return True
+    return False
+
+
 def execute(notebook: str, name: str, conf: dict) -> tuple[bool, float]:
     """Run one notebook configuration with papermill unless its stamp says it is up to date."""
     import papermill
@@ -229,6 +253,7 @@ def execute(notebook: str, name: str, conf: dict) -> tuple[bool, float]:
                     f"show_table(..., at_chance='why') where that is the finding; see {os.path.relpath(failed, ROOT)}")
             if src != out:   # a page of the book (the committed ci notebooks keep papermill's cells: they are sources)
                 merge_parameters(tmp_out)
+                status_first(tmp_out)
             shutil.move(str(tmp_out), out)  # only a finished notebook replaces the old one
     finally:
         if env_before is None:

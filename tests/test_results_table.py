@@ -221,6 +221,37 @@ def test_a_book_page_shows_one_parameters_cell_with_the_values_of_its_build(tmp_
     assert not build.merge_parameters(path)   # nothing injected any more: unchanged
 
 
+def test_the_status_box_is_the_first_thing_under_a_pages_title(tmp_path):
+    """The set-up cell's status box moves into a cell of its own (input hidden) right after the title; the set-up
+    keeps its other outputs; a page without a box is left as it is."""
+    import importlib.util
+
+    import nbformat
+
+    spec = importlib.util.spec_from_file_location("build", "book/build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    box = nbformat.v4.new_output("display_data", data={"text/html": "<div class='verdict'><p><strong>Where this "
+                                                                    "chapter stands.</strong> ...</p></div>"})
+    printed = nbformat.v4.new_output("stream", name="stdout", text="scale book: 8 rounds\n")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Title"),
+                nbformat.v4.new_code_cell('scale = "book"', metadata={"tags": ["parameters"]}),
+                nbformat.v4.new_code_cell("study = open_chapter(...)", outputs=[printed, box])]
+    path = tmp_path / "page.ipynb"
+    nbformat.write(nb, str(path))
+    assert build.status_first(path)
+    moved = nbformat.read(str(path), as_version=4)
+    assert [c.cell_type for c in moved.cells] == ["markdown", "code", "code", "code"]
+    assert moved.cells[1].metadata["tags"] == ["remove-input"] and moved.cells[1].source == ""
+    assert "Where this chapter stands" in moved.cells[1].outputs[0]["data"]["text/html"]
+    assert moved.cells[3].outputs == [printed]
+    assert not build.status_first(path)   # moved once
+    plain = tmp_path / "plain.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# T")]), str(plain))
+    assert not build.status_first(plain)
+
+
 def test_majority_share_is_the_largest_class_of_each_local_test_allocation():
     from fedlib.data.partition import majority_share
 
