@@ -51,3 +51,19 @@ def test_the_flower_page_lists_the_methods_secagg_serves_as_the_code_decides():
     refused = sorted(n for n, cls in METHODS.items() if not cls.sums_uploads())
     assert f"served ({len(served)}): {', '.join(served)}" in text
     assert f"refused ({len(refused)}): {', '.join(refused)}" in text
+
+
+@pytest.mark.parametrize("notebook", sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")))
+def test_every_figure_has_a_caption_of_its_own(notebook):
+    """In the committed (executed) notebooks every cell that draws a figure is followed by a caption, a markdown cell
+    that starts with "*Figure.*" and says in at least eight words what the figure shows."""
+    cells = json.loads((ROOT / "notebooks" / notebook).read_text())["cells"]
+    missing = []
+    for i, cell in enumerate(cells):
+        drawn = any("image/png" in out.get("data", {}) for out in cell.get("outputs", []))
+        if cell["cell_type"] != "code" or not drawn:
+            continue
+        caption = "".join(cells[i + 1]["source"]) if i + 1 < len(cells) else ""
+        if not caption.startswith("*Figure.*") or len(caption.split()) < 9:
+            missing.append(f"cell {i}: {''.join(cell['source'])[:60]!r}")
+    assert not missing, f"{notebook}: figures without a caption: {missing}"
