@@ -67,3 +67,23 @@ def test_every_figure_has_a_caption_of_its_own(notebook):
         if not caption.startswith("*Figure.*") or len(caption.split()) < 9:
             missing.append(f"cell {i}: {''.join(cell['source'])[:60]!r}")
     assert not missing, f"{notebook}: figures without a caption: {missing}"
+
+
+@pytest.mark.parametrize("notebook", sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")))
+def test_every_accuracy_table_states_the_floor_of_a_trivial_predictor(notebook):
+    """Every results table of the committed (executed) notebooks with accuracy cells of ours ("mean ± std (n=k)")
+    states the floor of a trivial predictor on the test set it reads: the majority floor on local test sets, chance
+    on a balanced one."""
+    import re
+
+    ours = re.compile(r"<td>\d+\.\d+( ± \d+\.\d+)? \(n=\d+\)( †)?</td>")
+    cells = json.loads((ROOT / "notebooks" / notebook).read_text())["cells"]
+    missing = []
+    for i, cell in enumerate(cells):
+        for out in cell.get("outputs", []):
+            page = "".join(out.get("data", {}).get("text/html", ""))
+            for table in page.split("<div class='results-table'>")[1:]:
+                if 'class="dataframe results"' in table and ours.search(table) and not re.search(
+                        r"majority floor: \d|chance[^:]*: \d", table):
+                    missing.append(f"cell {i}: {''.join(cell['source'])[:60]!r}")
+    assert not missing, f"{notebook}: accuracy tables without a floor: {missing}"

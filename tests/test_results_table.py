@@ -98,6 +98,20 @@ def test_cells_below_twice_chance_are_marked_and_chance_is_stated():
     assert "chance: 10% (a uniform guess over 10 classes); † below twice chance" in table.caption
 
 
+def test_our_columns_named_after_a_scale_are_accuracy_even_when_the_scale_is_paper():
+    """A column "ours (paper scale)" holds our accuracy (it was skipped as the paper's, and paper-scale tables lost
+    their floor); the paper's own column is still never marked."""
+    from fedlib.studies.report import ResultsTable
+
+    record = {"config": {"dataset": "digits", "num_clients": 2, "rounds": 1, "method": "fedavg", "model": None},
+              "final": {}, "seed": 0, "train_counts": [[1] * 10], "history": []}
+    table = ResultsTable([{"method": "A", "ours (paper scale) s=20": "15.00 (n=1)", "paper s=20": "12.00 (n=1)"}],
+                         [record], "paper", "balanced")
+    assert list(table.df["ours (paper scale) s=20"]) == ["15.00 (n=1) †"]
+    assert list(table.df["paper s=20"]) == ["12.00 (n=1)"]
+    assert "chance: 10%" in table.caption
+
+
 def test_a_book_scale_table_near_chance_fails_the_build_unless_it_says_why(tmp_path):
     """The dagger marks a cell below twice chance; at book scale such a table carries a flag that
     book/build.py turns into a failed notebook, unless the table gives a reason (``at_chance``); ci scale

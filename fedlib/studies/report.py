@@ -236,7 +236,8 @@ class ResultsTable:
         ours = re.compile(r"^(\d+\.\d+)( ± \d+\.\d+)? \(n=\d+\)$")
         found = marked = 0
         for col in self.df.columns[self.keys:]:
-            if any(word in str(col).lower() for word in NOT_ACCURACY):
+            name = str(col).lower()
+            if not name.startswith("ours") and any(word in name for word in NOT_ACCURACY):   # "ours (paper scale)"
                 continue
             for i, value in self.df[col].items():
                 m = ours.match(str(value))
