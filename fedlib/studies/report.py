@@ -362,9 +362,16 @@ class Verdict:
         if self.outcome == "not checked":
             return "not checked"
         if self.interval is None:
-            return f"{self.outcome} at {self.n} seed{'s' if self.n != 1 else ''} (margin {self.mean:+.2f}, no interval)"
+            seeds = f"{self.n} seed{'s' if self.n != 1 else ''}"
+            return f"{self.outcome} at {seeds} (margin {signed(self.mean)}, no interval)"
         lo, hi = self.interval
-        return f"{self.outcome} at {self.n} seeds (margin {self.mean:+.2f}, 95% CI [{lo:+.2f}, {hi:+.2f}])"
+        return f"{self.outcome} at {self.n} seeds (margin {signed(self.mean)}, 95% CI [{signed(lo)}, {signed(hi)}])"
+
+
+def signed(x: float) -> str:
+    """A margin with its sign: two decimals, or two significant digits where two decimals would read 0.00 for a
+    value that is not 0 (a margin in weights rather than points: +0.00064 is not +0.00)."""
+    return f"{x:+.2f}" if x == 0 or abs(x) >= 0.005 else f"{x:+.2g}"
 
 
 def verdict_of(margins) -> Verdict:
