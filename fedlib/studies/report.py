@@ -361,6 +361,8 @@ class Verdict:
     def text(self) -> str:
         if self.outcome == "not checked":
             return "not checked"
+        if self.mean is None:
+            return f"{self.outcome} (no per-seed margin)"
         if self.interval is None:
             seeds = f"{self.n} seed{'s' if self.n != 1 else ''}"
             return f"{self.outcome} at {seeds} (margin {signed(self.mean)}, no interval)"
