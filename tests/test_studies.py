@@ -474,3 +474,29 @@ def test_fedpcls_official_regime_is_table2_with_100_training_images_per_domain()
     assert tables["table2_few_shot"].keys() == few.keys() and "reading_few_shot" in tables
     rows, _ = fedpcl.reading_check(fedpcl.FEW_SHOT)
     assert [r["variant"] for r in rows] == [fedpcl.READING_LABELS[name] for name in fedpcl.READINGS]
+
+
+def test_fedpcl_says_from_its_records_what_the_official_classifier_costs_the_baselines(monkeypatch, tmp_path):
+    """Made-up official-regime records: Solo and FedAvg at 60 % with the linear head and 40 % with the official
+    classifier (20 points lost in every cell), FedPCL at 58 %: it trails the best baseline under the linear head and
+    leads it under the official one."""
+    from fedlib import results
+    from fedlib.studies import fedpcl
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+
+    def write(configs, acc):
+        for cfg in configs:
+            row = {"round": cfg.rounds, "personal_local_acc": acc}
+            results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "paper",
+                           "history": [row], "final": row}, "fedpcl", tmp_path)
+
+    linear, official = fedpcl.table2_grid("paper", fedpcl.FEW_SHOT), fedpcl.official_head_grid("paper", fedpcl.FEW_SHOT)
+    for cell, configs in official.items():
+        write(configs, 0.40)
+        write(linear[cell], 0.60)
+    write(linear[("m", "fedpcl")], 0.58)
+    lines = fedpcl.official_head_lines()
+    assert lines == ["the official regime (100 per domain): with the official classifier Solo and FedAvg score 20.00 "
+                     "to 20.00 points below the linear head (4 cells); FedPCL (as printed, three backbones) 58.00 "
+                     "against the best of them: 60.00 (Solo, linear head), 40.00 (Solo, official head)"]

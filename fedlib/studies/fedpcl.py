@@ -611,6 +611,36 @@ def official_head_rows() -> list[dict]:
     return rows
 
 
+def official_head_lines() -> list[str]:
+    """What the committed records say about the official classifier, in sentences generated from them: per regime,
+    how many points Solo and FedAvg lose with it (where both heads have records), and, beside FedPCL as printed with
+    three backbones, whether FedPCL leads the baselines under each head."""
+    from fedlib.studies.common import stored_grid
+
+    lines = []
+    for regime, n_train in ((f"{PAPER_SCALE['n_train']} images per domain", None),
+                            (f"the official regime ({FEW_SHOT} per domain)", FEW_SHOT)):
+        linear = stored_grid("fedpcl", table2_grid("paper", n_train))
+        official = stored_grid("fedpcl", official_head_grid("paper", n_train))
+        both = [k for k in official if official[k]["records"] and linear[k]["records"]]
+        if not both:
+            continue
+        acc = {(k, head): 100 * mean_std(c[k]["records"])[0] for k in both for head, c in
+               (("linear", linear), ("official", official))}
+        lost = [acc[(k, "linear")] - acc[(k, "official")] for k in both]
+        line = (f"{regime}: with the official classifier Solo and FedAvg score {min(lost):.2f} to {max(lost):.2f} "
+                f"points below the linear head ({len(both)} cells)")
+        ours = linear[("m", "fedpcl")]["records"]
+        multi = [k for k in both if k[0] == "m"]
+        if ours and multi:
+            pcl = 100 * mean_std(ours)[0]
+            best = {head: max(multi, key=lambda k: acc[(k, head)]) for head in ("linear", "official")}
+            line += "; FedPCL (as printed, three backbones) " + f"{pcl:.2f} against the best of them: " + ", ".join(
+                f"{acc[(k, head)]:.2f} ({LABELS[k[1]]}, {head} head)" for head, k in best.items())
+        lines.append(line)
+    return lines or ["the official classifier has no committed records yet"]
+
+
 def predicted_share(records: list[dict], cls: int = 0) -> float:
     """Share (%) of the clients' local test images that the final models predict as class ``cls`` (from the records'
     confusion counts, mean over clients and seeds): all-zero projections score 0 with every prototype, and an
