@@ -594,12 +594,13 @@ def official_head_grid(scale: str, n_train: int | None = None) -> dict:
             for bb, bbs in (("s", SINGLE), ("m", MULTI)) for m in OFFICIAL_HEAD}
 
 
-def official_head_rows() -> list[dict]:
+def official_head_rows() -> tuple[list[dict], list[dict]]:
     """From the committed paper-scale records: Solo and FedAvg with the linear head and with the official code's
-    classifier, in the chapter's regime and the official one (mean ± std over seeds; '-' where not recorded)."""
+    classifier, in the chapter's regime and the official one (mean ± std over seeds; '-' where not recorded).
+    Returns (rows, the records behind them)."""
     from fedlib.studies.common import stored_grid
 
-    rows = []
+    rows, records = [], []
     for regime, n_train in ((f"{PAPER_SCALE['n_train']} images per domain", None),
                             (f"official: {FEW_SHOT} per domain", FEW_SHOT)):
         linear = stored_grid("fedpcl", {k: table2_grid("paper", n_train)[k] for k in official_head_grid("paper")})
@@ -608,7 +609,8 @@ def official_head_rows() -> list[dict]:
             shown = {head: fmt(mean_std(c[(bb, m)]["records"])) if c[(bb, m)]["records"] else "-"
                      for head, c in (("linear head (this book)", linear), ("official classifier", official))}
             rows.append({"regime": regime, "BB": bb, "method": LABELS[m], **shown})
-    return rows
+            records += linear[(bb, m)]["records"] + official[(bb, m)]["records"]
+    return rows, records
 
 
 def official_head_lines() -> list[str]:
