@@ -205,13 +205,15 @@ def status_first(executed: Path) -> bool:
 
     nb = nbformat.read(str(executed), as_version=4)
     for cell in nb.cells:
-        if "remove-input" in cell.metadata.get("tags", []) and not cell.source:
+        if "status-box" in cell.metadata.get("tags", []):
             return False   # moved already
         for i, out in enumerate(cell.get("outputs", [])):
             if STATUS_MARK in str(out.get("data", {}).get("text/html", "")):
                 box = cell.outputs.pop(i)
                 title = next((k for k, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
-                status = nbformat.v4.new_code_cell("", metadata={"tags": ["remove-input"]}, outputs=[box])
+                status = nbformat.v4.new_code_cell(   # a cell with no source is not rendered: it says what it holds
+                    "# the status box of the set-up cell below, moved here by the book's builder",
+                    metadata={"tags": ["remove-input", "status-box"]}, outputs=[box])
                 nb.cells.insert(title + 1, status)
                 nbformat.write(nb, str(executed))
                 return True

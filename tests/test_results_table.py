@@ -257,7 +257,7 @@ def test_the_status_box_is_the_first_thing_under_a_pages_title(tmp_path):
     assert build.status_first(path)
     moved = nbformat.read(str(path), as_version=4)
     assert [c.cell_type for c in moved.cells] == ["markdown", "code", "code", "code"]
-    assert moved.cells[1].metadata["tags"] == ["remove-input"] and moved.cells[1].source == ""
+    assert moved.cells[1].metadata["tags"] == ["remove-input", "status-box"] and moved.cells[1].source   # rendered
     assert "Where this chapter stands" in moved.cells[1].outputs[0]["data"]["text/html"]
     assert moved.cells[3].outputs == [printed]
     assert not build.status_first(path)   # moved once
