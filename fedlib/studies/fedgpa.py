@@ -638,7 +638,7 @@ def precision_check(scale: str = "reference", precision: str = "bf16") -> tuple[
                                                                              list[dict]]:
     """Table 2 (Setting 1) recorded in fp32 and in ``precision``: (rows per cell, their records, a summary
     sentence, the claims both decide side by side; empty until every cell has records in both)."""
-    from fedlib.studies.common import stored_grid
+    from fedlib.studies.common import complete_runs
     from fedlib.studies.precision import (
         cell_differences,
         conclusion_rows,
@@ -652,11 +652,11 @@ def precision_check(scale: str = "reference", precision: str = "bf16") -> tuple[
     label = lambda cell: {"method": LABELS[cell[0]], "s": cell[2]}  # noqa: E731
     rows = difference_rows(cells, METRIC, label, precision)
     records = [r for c in cells for r in (*c.base, *c.other)]
-    both = [stored_grid("fedgpa", g) for g in (grid, in_precision(grid, precision))]
+    base, other = (complete_runs("fedgpa", g) for g in (grid, in_precision(grid, precision)))   # every seed, cell
     conclusions = []
-    if all(c["records"] for stored in both for c in stored.values()):
-        claims = [verdicts({k: c["records"] for k, c in stored.items()}, [1], [20, 80], METHODS) for stored in both]
-        conclusions = conclusion_rows(claims[0], claims[1], precision)
+    if base is not None and other is not None:
+        conclusions = conclusion_rows(verdicts(base, [1], [20, 80], METHODS), verdicts(other, [1], [20, 80], METHODS),
+                                      precision)
     return rows, records, difference_summary(cells, METRIC, label, precision), conclusions
 
 
