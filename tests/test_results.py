@@ -455,4 +455,10 @@ def test_a_record_replays_at_rounding_tolerance_only_on_the_same_processor_model
     assert other_threads != here and same_hardware(other_threads, "cpu")   # threads round alike enough
     assert not same_hardware("cpu (x86_64, 1 threads, torch 2.14.1+cu130)", "cpu")   # names no model: unknown
     assert not same_hardware("cpu (Another CPU 9000, x86_64, 1 threads, torch 2.14.1)", "cpu")
+    # one model name, two generations (a VM's "AMD EPYC" with AVX2 or AVX-512): an older record naming no vector
+    # unit is not known to be the same hardware, and a record of the other generation is not
+    model = here.split(" (", 1)[1].split(" with ")[0]
+    assert not same_hardware(f"cpu ({model}, x86_64, 1 threads, torch 2.14.1+cu130)", "cpu")
+    other_unit = "SSE" if "AVX-512" in here else "AVX-512"
+    assert not same_hardware(f"cpu ({model} with {other_unit}, x86_64, 1 threads, torch 2.14.1+cu130)", "cpu")
     assert not same_hardware("cuda:0 (NVIDIA H100 80GB HBM3, torch 2.14.1+cu130)", "cpu")

@@ -61,6 +61,18 @@ def cpu_model() -> str:
     return platform.processor() or "unknown model"
 
 
+def cpu_vector_unit() -> str:
+    """The widest vector instructions this CPU has (Linux: /proc/cpuinfo flags): two processors of one model name
+    ("AMD EPYC" in a virtual machine) may be different generations whose float32 kernels round differently."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next((line for line in f if line.startswith("flags")), "").split())
+    except OSError:
+        return "unknown vector unit"
+    return next((name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("avx", "AVX")) if flag in flags),
+                "SSE")
+
+
 def cpu_has_bf16() -> bool:
     """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX): elsewhere PyTorch emulates it, slower than
     float32."""

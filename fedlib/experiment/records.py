@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 import fedlib
-from fedlib.engine.training import cpu_model
+from fedlib.engine.training import cpu_model, cpu_vector_unit
 from fedlib.errors import ConfigError
 from fedlib.experiment.config import Config
 
@@ -53,7 +53,8 @@ def pin_code_version() -> str:
 def device_description(device: str) -> str:
     if device.startswith("cuda"):
         return f"{device} ({torch.cuda.get_device_name(device)}, torch {torch.__version__})"
-    return f"cpu ({cpu_model()}, {platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__})"
+    return (f"cpu ({cpu_model()} with {cpu_vector_unit()}, {platform.machine()}, {torch.get_num_threads()} threads, "
+            f"torch {torch.__version__})")
 
 
 def atomic_json(path: Path, obj) -> None:
