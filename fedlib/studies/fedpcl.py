@@ -603,8 +603,9 @@ def official_head_rows() -> tuple[list[dict], list[dict]]:
     rows, records = [], []
     for regime, n_train in ((f"{PAPER_SCALE['n_train']} images per domain", None),
                             (f"official: {FEW_SHOT} per domain", FEW_SHOT)):
-        linear = stored_grid("fedpcl", {k: table2_grid("paper", n_train)[k] for k in official_head_grid("paper")})
-        official = stored_grid("fedpcl", official_head_grid("paper", n_train))
+        heads, table2 = official_head_grid("paper", n_train), table2_grid("paper", n_train)
+        linear = stored_grid("fedpcl", {k: table2[k] for k in heads})
+        official = stored_grid("fedpcl", heads)
         for bb, m in linear:
             shown = {head: fmt(mean_std(c[(bb, m)]["records"])) if c[(bb, m)]["records"] else "-"
                      for head, c in (("linear head (this book)", linear), ("official classifier", official))}
