@@ -146,12 +146,10 @@ def test_a_book_scale_table_near_chance_fails_the_build_unless_it_says_why(tmp_p
 def test_every_chapter_states_its_settings_against_the_papers_with_a_reason_for_each_difference():
     """hyperparameter_rows raises on a difference without a reason; at book scale the learning rate shown
     is the one the committed tuning record chose (results/tuning/), and the scale's own value."""
-    import importlib
 
     from fedlib.studies import tuning
 
-    for chapter in chapters():
-        study = importlib.import_module(f"fedlib.studies.{chapter}")
+    for chapter, study in chapters().items():
         for scale in ("ci", "book", "paper"):
             rows = {r["setting"]: r for r in study.hyperparameters(scale)}
             assert all(r["why they differ"] for r in rows.values() if r["here"] != r["paper's protocol"])
@@ -163,7 +161,7 @@ def test_every_chapter_states_its_settings_against_the_papers_with_a_reason_for_
             chosen, lr = tuning.read(chapter)["chosen"], study.reference_run("book").lr
             assert lr == study.SCALES["book"]["lr"] and rows_lr(study) == f"{lr:g}"
             assert lr == chosen or study.LR_OVERRIDE   # another rate than the record's needs a stated reason
-    fedgpa = {r["setting"]: r for r in chapters()["fedgpa"].study.hyperparameters("paper")}
+    fedgpa = {r["setting"]: r for r in chapters()["fedgpa"].hyperparameters("paper")}
     assert fedgpa["method hyperparameters"]["here"] == "lam=0.01, mu=0.5, lga=True, gpa_f=True, gpa_c=True"
 
 
@@ -174,7 +172,7 @@ def test_a_book_learning_rate_other_than_the_tuned_one_needs_a_reason(monkeypatc
 
     monkeypatch.setattr(fedprp, "LR_OVERRIDE", "")
     with pytest.raises(ValueError, match="not the tuned 0.03 and no LR_OVERRIDE"):
-        fedprp.hyperparameters("book")
+        chapters()["fedprp"].hyperparameters("book")
 
 
 def rows_lr(study) -> str:
@@ -297,7 +295,7 @@ def test_a_local_test_table_is_marked_against_the_majority_floor_and_a_balanced_
 def test_a_settings_table_names_the_model_its_runs_build():
     """FedPCL's runs train the projection network on frozen backbones' features: the settings table said cnn3 (the
     data's default for images)."""
-    rows = {r["setting"]: r for r in chapters()["fedpcl"].study.hyperparameters("book")}
+    rows = {r["setting"]: r for r in chapters()["fedpcl"].hyperparameters("book")}
     assert rows["model"]["here"] == "projection (on the frozen backbones' features)"
 
 

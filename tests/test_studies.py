@@ -69,9 +69,9 @@ def test_pfedcspc_table7_counts_rounds_to_fedavgs_final_accuracy_on_the_main_see
     np.testing.assert_allclose(curves["pfedcspc"][1], [0.5, 0.6, 0.7, 0.7])
 
 
-@pytest.mark.parametrize("study", [fedgpa, pfedcspc])
-def test_headline_grids_use_three_seeds_at_paper_scale(study):
-    grid = study.paper_scale_grid()
+@pytest.mark.parametrize("chapter", ["fedgpa", "pfedcspc"])
+def test_headline_grids_use_three_seeds_at_paper_scale(chapter):
+    grid = chapters()[chapter].paper_scale_grid()
     assert all(sorted(c.seed for c in configs) == [0, 1, 2] for configs in grid.values())
 
 
@@ -105,13 +105,12 @@ def test_chapter_labels_are_the_method_classes_labels_but_where_a_paper_names_a_
 
 @pytest.mark.parametrize("chapter", list(chapters()))
 def test_every_chapter_has_the_same_four_scales_with_the_same_keys_and_names_them_on_a_bad_one(chapter):
-    import importlib
 
     from fedlib.errors import ConfigError
     from fedlib.experiment import SCALES as EXPERIMENT_SCALES
     from fedlib.studies.grid import Scales
 
-    study = importlib.import_module(f"fedlib.studies.{chapter}")
+    study = chapters()[chapter]
     assert isinstance(study.SCALES, Scales) and list(study.SCALES) == list(EXPERIMENT_SCALES)
     assert len({frozenset(study.scale_info(s)) for s in study.SCALES}) == 1
     with pytest.raises(ConfigError, match="ci, book, reference, paper"):
@@ -133,7 +132,7 @@ def test_margin_stability_reads_the_committed_paper_records_cut_at_each_round():
     from fedlib.studies import fedgpa
     from fedlib.studies.common import stored_grid
 
-    stored = stored_grid("fedgpa", fedgpa.paper_scale_grid())
+    stored = stored_grid("fedgpa", chapters()["fedgpa"].paper_scale_grid())
     rows, settings, methods = fedgpa.margin_stability(stored, rounds=(10, 150))
     if not rows:
         pytest.skip("no complete setting of current paper-scale records")
@@ -500,3 +499,22 @@ def test_fedpcl_says_from_its_records_what_the_official_classifier_costs_the_bas
     assert lines == ["the official regime (100 per domain): with the official classifier Solo and FedAvg score 20.00 "
                      "to 20.00 points below the linear head (4 cells); FedPCL (as printed, three backbones) 58.00 "
                      "against the best of them: 60.00 (Solo, linear head), 40.00 (Solo, official head)"]
+
+
+def test_every_chapter_config_keeps_its_cache_key():
+    """The cache keys of every config each chapter's tables train, at every scale, against a snapshot taken before
+    the chapter contract (tests/data/config_keys.json, made at b1f1a42): a refactor of the book layer must leave
+    every committed record and every ci/book run where it is. A deliberate change of a grid updates the snapshot in
+    the same commit, saying why."""
+    import hashlib
+    import json
+    from pathlib import Path
+
+    from fedlib.studies.grid import recording_order
+
+    snapshot = json.loads((Path(__file__).parent / "data" / "config_keys.json").read_text())["keys"]
+    for name, chapter in chapters().items():
+        for scale in ("ci", "book", "reference", "paper"):
+            keys = sorted(c.key() for c in recording_order(chapter.tables(scale)))
+            digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()
+            assert snapshot[f"{name}/{scale}"] == {"runs": len(keys), "sha256": digest}, f"{name}/{scale}"

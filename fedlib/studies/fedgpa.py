@@ -63,13 +63,9 @@ SCALES = Scales(
 METRIC = "personal_local_acc"  # FedGPA: average over clients of test accuracy on their local test sets
 
 
-def scale_info(scale: str) -> dict:
-    return SCALES[scale]
-
-
 def scale_summary(scale: str) -> str:
     """What the chapter trains at ``scale`` next to what the paper trains (printed by the notebook's set-up)."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     return "\n".join([
         f"scale {scale}: {sc['rounds']} rounds, E = {sc['local_epochs']} local epochs, "
         f"client sizes n / {sc['n_divisor']}, "
@@ -82,7 +78,7 @@ def scale_summary(scale: str) -> str:
 def config(method: str, setting: int, s: float, scale: str, seed: int = 0, hyper: dict | None = None,
            device: str | None = None) -> Config:
     """FedGPA Section 5.1: FMNIST, 20 clients, full participation, SGD lr 0.02, batch 50."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     spec = fedgpa_setting(setting, 10)
     n = spec["n"]
     n = n // sc["n_divisor"] if np.isscalar(n) else [v // sc["n_divisor"] for v in n]
@@ -298,7 +294,7 @@ TABLE_OF_SETTING = {1: 2, 2: 4, 3: 5}   # the paper's table for each setting (FM
 
 
 def comparison_grid(settings, s_values, methods, scale: str) -> dict:
-    seeds = scale_info(scale)["seeds"]
+    seeds = SCALES[scale]["seeds"]
     return {
         (m, st, s): with_seeds(config(m, st, s, scale), seeds) for st in settings for s in s_values for m in methods
     }
@@ -385,7 +381,7 @@ def plot_learning_curves(runs: dict, setting: int, s_values, methods, scale: str
 
 
 def ablation_grid(scale: str) -> dict:
-    seeds = scale_info(scale)["seeds"]
+    seeds = SCALES[scale]["seeds"]
     return {name: with_seeds(config("fedgpa", 1, 20, scale, hyper=hp), seeds) for name, (hp, _) in ABLATION.items()}
 
 
@@ -407,13 +403,6 @@ def reference_run(scale: str) -> Config:
     return config("fedgpa", 1, 20, scale)
 
 
-def hyperparameters(scale: str) -> list[dict]:
-    """This page's training settings against the paper's protocol, with the reason for each difference."""
-    from fedlib.studies.tuning import chapter_hyperparameters
-
-    return chapter_hyperparameters(__name__.rsplit(".", 1)[1], scale)
-
-
 def protocol(scale: str) -> tuple[list[dict], str]:
     """The evaluation protocol per method (Tables 2, 4, 5: personalized accuracy on each client's local test)."""
     from fedlib.studies.report import protocol_rows
@@ -422,7 +411,7 @@ def protocol(scale: str) -> tuple[list[dict], str]:
 
 
 def mu_sweep_grid(s_values, scale: str) -> dict:
-    seeds = scale_info(scale)["sweep_seeds"]
+    seeds = SCALES[scale]["sweep_seeds"]
     return {
         (s, mu): with_seeds(config("fedgpa", 3, s, scale, hyper={"mu": mu}), seeds) for s in s_values for mu in MU_SWEEP
     }
@@ -436,7 +425,7 @@ def mu_sweep(s_values, scale: str, store: str | None = None) -> tuple[dict, dict
 
 def s_sweep(methods, scale: str, s_grid=(0, 20, 50, 80)) -> tuple[dict, dict]:
     """Accuracy against the skew s, Setting 1 (cf. Fig. 5): ({method: {s: (mean, std, n)}}, runs)."""
-    seeds = scale_info(scale)["sweep_seeds"]
+    seeds = SCALES[scale]["sweep_seeds"]
     runs = run_grid({(m, s): with_seeds(config(m, 1, s, scale), seeds) for m in methods for s in s_grid},
                     desc="s sweep", progress=False)
     return {m: {s: mean_std(runs[(m, s)]) for s in s_grid} for m in methods}, runs
@@ -489,13 +478,11 @@ def plot_weights(runs: dict, s_values) -> tuple:
 
 
 # ---------------------------------------------------------------------- the committed records
-def paper_scale_grid() -> dict:
-    return comparison_grid((1, 2, 3), (20, 80), METHODS, "paper")
 
 
 def reference_note() -> str:
     """What the reference scale is, as a share of the paper's training."""
-    ref, paper = scale_info("reference"), scale_info("paper")
+    ref, paper = SCALES["reference"], SCALES["paper"]
     share = ref["rounds"] * ref["local_epochs"] / (paper["rounds"] * paper["local_epochs"])
     return (f"the paper's protocol (20 clients, full n, E = {ref['local_epochs']}, batch 50, SGD lr 0.02) stopped "
             f"at round {ref['rounds']} of {paper['rounds']}: {100 * share:.1f}% of the paper's training steps, "
@@ -579,7 +566,7 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
                       ablation={k: c["records"] for k, c in abl.items()} if complete(abl) else None,
                       mu_runs={k: c["records"] for k, c in mu.items()} if complete(mu) else None)
     seeds = sorted({int(r["seed"]) for recs in runs.values() for r in recs})
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     return claims, (f"{scale} scale, committed records: {sc['rounds']} rounds, E = {sc['local_epochs']}, full n; "
                     f"Settings {done}, seeds {seeds}" + ("" if complete(abl) else "; ablation not yet recorded")
                     + ("" if complete(mu) else "; mu sweep not yet recorded"))

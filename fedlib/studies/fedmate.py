@@ -99,13 +99,9 @@ SCALES = Scales(
 TUNING = dict(method="fedavg_ft", args=dict(dataset="fmnist", s=10), metric="personal_global_acc")
 
 
-def scale_info(scale: str) -> dict:
-    return SCALES[scale]
-
-
 def scale_summary(scale: str) -> str:
     """What the chapter trains at ``scale`` next to what the paper trains (printed by the notebook's set-up)."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     return "\n".join([
         f"scale {scale}: {sc['clients']} clients of {sc['n']} samples, {sc['rounds']} rounds, classifier phase "
         f"{sc['cls_epochs']} epoch + {sc['epochs']} extractor epochs, seeds {sc['headline_seeds']} (Table 1), "
@@ -121,7 +117,7 @@ def config(method: str, dataset: str, scale: str, s: float | None = None, shards
     for Table 2), batch 50, SGD lr 0.01 momentum 0.5 weight decay 5e-4, a 1-epoch classifier phase at lr
     0.1 then E extractor epochs (5). Every method trains E local epochs; split-model methods train their
     head for the classifier-phase epochs first."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     if shards:
         part = {"name": "shards", "s": shards, "per_class": sc["n"] * sc["clients"] // 10}
     else:
@@ -254,7 +250,7 @@ REPEAT_METHODS = ["fedproto", "fedrep", "fedpac", "fedmate"]
 
 
 def balanced_test(scale: str) -> str:
-    size = scale_info(scale)["global_test"] or "all"
+    size = SCALES[scale]["global_test"] or "all"
     return balanced(f"each client's personalized model on the balanced test set ({size} images)")
 
 
@@ -264,7 +260,7 @@ def _table1_config(row: str, cell, scale: str, seed: int) -> Config:
 
 
 def table1_grid(scale: str) -> dict:
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     return {(cell, r): [_table1_config(r, cell, scale, seed) for seed in sc["headline_seeds"]]
             for cell in sc["table1_cells"] for r in TABLE1 + list(ABLATION)}
 
@@ -272,7 +268,7 @@ def table1_grid(scale: str) -> dict:
 def table1(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     """Table 1 (the methods and the ablation rows): personalized models on a balanced test set, over the
     headline seeds. Returns (rows, {(dataset, s): {row: records}})."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     names = TABLE1 + list(ABLATION)
     runs = run_grid(table1_grid(scale), desc="Table 1", store=store)
     table = nested(runs)
@@ -296,13 +292,6 @@ def reference_run(scale: str) -> Config:
     return config("fedmate", "fmnist", scale, s=10)
 
 
-def hyperparameters(scale: str) -> list[dict]:
-    """This page's training settings against the paper's protocol, with the reason for each difference."""
-    from fedlib.studies.tuning import chapter_hyperparameters
-
-    return chapter_hyperparameters(__name__.rsplit(".", 1)[1], scale)
-
-
 def protocol(scale: str) -> tuple[list[dict], str]:
     """The evaluation protocol per method: Table 1 reads each client's model on the balanced test set
     (generalization), Table 2 on its local test (adaptation)."""
@@ -315,7 +304,7 @@ def protocol(scale: str) -> tuple[list[dict], str]:
 
 
 def table2_grid(scale: str) -> dict:
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     return {
         (ds, m): with_seeds(config(m, ds, scale, shards=3), sc["seeds"]) for ds in sc["table2_datasets"] for m in TABLE2
     }
@@ -324,7 +313,7 @@ def table2_grid(scale: str) -> dict:
 def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     """Table 2: three classes per client, each client tested on its own label mix. Returns (rows,
     {dataset: {method: records}})."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     runs = run_grid(table2_grid(scale), desc="Table 2", store=store)
     table = nested(runs)
     rows = []
@@ -343,7 +332,7 @@ def classwise(scale: str, methods=FIG_METHODS) -> tuple[dict, dict]:
     from fedlib.experiment import trained
     from fedlib.metrics import per_class_recall
 
-    rounds = scale_info(scale)["rounds"]
+    rounds = SCALES[scale]["rounds"]
     recall, points = {}, {}
     for m in methods:
         federation = trained(config(m, "fmnist", scale, s=20))
@@ -392,7 +381,7 @@ def plot_prototypes(points: dict):
 
 
 def repeat_grid(scale: str) -> dict:
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     return {(m, r): with_seeds(config(m, "fmnist", scale, s=50, repeat=r), sc["seeds"])
             for m in REPEAT_METHODS for r in sc["repeat"]}
 
@@ -420,7 +409,7 @@ def plot_repeat(repeat: dict, scale: str):
 
 
 def communication_grid(scale: str) -> dict:
-    seeds = scale_info(scale)["seeds"]
+    seeds = SCALES[scale]["seeds"]
     return {"with": with_seeds(config("fedmate", "fmnist", scale, s=10, hyper={"cft_x": 0.05}), seeds),
             "without": with_seeds(config("fedmate", "fmnist", scale, s=10, hyper={"cft": False}), seeds)}
 
@@ -438,10 +427,6 @@ def communication(scale: str, store: str | None = None) -> tuple[list[dict], dic
         for k, v in runs.items()
     ]
     return rows, runs
-
-
-def paper_scale_grid() -> dict:
-    return table1_grid("paper")
 
 
 # which recorded table decides each claim of ``verdicts`` (in its order), and what cannot be checked offline
@@ -474,7 +459,7 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     if table1 is None:
         return None
     parts = {name: complete_runs("fedmate", grids[name]) for name in ("table2", "repeat", "communication")}
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     claims = verdicts(nested(table1), nested(parts["table2"]) if parts["table2"] else {}, parts["repeat"],
                       parts["communication"], sc["table1_cells"])
     seeds = sorted({int(r["seed"]) for recs in table1.values() for r in recs})
@@ -491,7 +476,7 @@ def tables(scale: str) -> dict:
     out = {"table1": table1_grid(scale), "table2": table2_grid(scale), "repeat": repeat_grid(scale),
            "communication": communication_grid(scale)}
     if scale == "reference":   # the evidence first: it says what the budget can decide
-        first = scale_info(scale)["table1_cells"][0]
+        first = SCALES[scale]["table1_cells"][0]
         out = {"convergence": convergence_grid({m: table1_grid(scale)[(first, m)] for m in CONVERGENCE}), **out}
     return out
 

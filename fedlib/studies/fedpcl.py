@@ -66,13 +66,9 @@ SETTINGS = {
 }
 
 
-def scale_info(scale: str) -> dict:
-    return SCALES[scale]
-
-
 def scale_summary(scale: str) -> str:
     """What the chapter trains at ``scale`` next to what the paper trains (printed by the notebook's set-up)."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     return "\n".join([
         f"scale {scale}: {sc['n_train']} train / {sc['n_test']} test images per domain, {sc['rounds']} rounds, E = 1, "
         f"seeds {sc['headline_seeds']} (Table 2), {sc['seeds']} (Tables 1, 4-6), {sc['sweep_seeds']} (sweeps); "
@@ -85,7 +81,7 @@ def config(method: str, setting: str, backbones, scale: str, seed: int = 0, hype
            model: str | None = None, n_train: int | None = None) -> Config:
     """FedPCL Section 5.1: Adam lr 1e-3, weight decay 1e-4, batch 32, E = 1, tau = 0.07. ``n_train``: training
     images per domain instead of the scale's (``FEW_SHOT``: the official code's regime)."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     spec, clients = SETTINGS[setting]
     return make_config(
         method=method,
@@ -310,13 +306,6 @@ def reference_run(scale: str) -> Config:
     return table2_grid(scale)[("m", "fedpcl")][0]
 
 
-def hyperparameters(scale: str) -> list[dict]:
-    """This page's training settings against the paper's protocol, with the reason for each difference."""
-    from fedlib.studies.tuning import chapter_hyperparameters
-
-    return chapter_hyperparameters(__name__.rsplit(".", 1)[1], scale)
-
-
 def protocol(scale: str) -> tuple[list[dict], str]:
     """The evaluation protocol per method (Table 2: each client's model on its own domain's test images)."""
     from fedlib.studies.report import protocol_rows
@@ -328,7 +317,7 @@ def protocol(scale: str) -> tuple[list[dict], str]:
 def table2_grid(scale: str, n_train: int | None = None) -> dict:
     """Table 2 (feature shift, 4 clients): {(backbones "s"|"m", method): configs over the headline seeds};
     ``n_train``: training images per domain (default: the scale's; ``FEW_SHOT``: the official code's regime)."""
-    seeds = scale_info(scale)["headline_seeds"]
+    seeds = SCALES[scale]["headline_seeds"]
     return {(bb, m): with_seeds(config(m, "feature shift", bbs, scale, n_train=n_train), seeds)
             for bb, bbs in (("s", SINGLE), ("m", MULTI)) for m in METHODS}
 
@@ -363,7 +352,7 @@ def table2_rows(runs: dict) -> list[dict]:
 
 def label_shift_grid(scale: str) -> dict:
     """{("alpha", method, alpha) | ("clients", method, clients): configs over the sweep seeds}."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
 
     def cfgs(m, alpha, n):
         return with_seeds(config(m, "label shift", MULTI, scale, partition={"name": "dirichlet", "alpha": alpha,
@@ -403,13 +392,13 @@ def plot_label_shift(alpha_res: dict, client_res: dict, scale: str):
     axes[1].set_xlabel("number of clients (alpha = 1)")
     for ax in axes:
         chance_line(ax)
-    fig.suptitle(f"label shift on digit4, scale {scale}, seeds {scale_info(scale)['sweep_seeds']}")
+    fig.suptitle(f"label shift on digit4, scale {scale}, seeds {SCALES[scale]['sweep_seeds']}")
     fig.tight_layout()
     return fig
 
 
 def table4_grid(scale: str) -> dict:
-    seeds = scale_info(scale)["seeds"]
+    seeds = SCALES[scale]["seeds"]
     return {name: with_seeds(config("fedpcl", "feature & label shift", bbs, scale), seeds)
             for name, bbs in BACKBONE_SETS.items()}
 
@@ -425,7 +414,7 @@ def table4(scale: str) -> tuple[list[dict], dict]:
 
 
 def table5_grid(scale: str) -> dict:
-    seeds = scale_info(scale)["seeds"]
+    seeds = SCALES[scale]["seeds"]
     return {loss: with_seeds(config("fedpcl", "feature & label shift", MULTI, scale, hyper={"loss": loss}), seeds)
             for loss in NAMES_T5}
 
@@ -439,7 +428,7 @@ def table5(scale: str, store: str | None = None) -> tuple[list[dict], dict, dict
 
 
 def table6_grid(scale: str) -> dict:
-    seeds = scale_info(scale)["seeds"]
+    seeds = SCALES[scale]["seeds"]
     return {(label, setting): with_seeds(config("fedpcl", setting, MULTI, scale, hyper=hp), seeds)
             for label, hp in VARIANTS_T6.items() for setting in SETTINGS}
 
@@ -512,7 +501,7 @@ def plot_backbone_similarity(scale: str):
 
 
 def noise_grid(scale: str) -> dict:
-    seeds = scale_info(scale)["sweep_seeds"]
+    seeds = SCALES[scale]["sweep_seeds"]
     return {s: with_seeds(config("fedpcl", "feature shift", MULTI, scale, hyper={"noise": s}), seeds) for s in NOISE}
 
 
@@ -526,7 +515,7 @@ def table1(table2_runs: dict, scale: str) -> tuple[list[dict], list]:
     """Table 1 analogue: FedAvg from scratch (cnn3) against FedAvg on 1 and 3 frozen backbones."""
     import numpy as np
 
-    seeds = scale_info(scale)["seeds"]
+    seeds = SCALES[scale]["seeds"]
     scratch = run_all(with_seeds(config("fedavg", "feature shift", None, scale, model="cnn3"), seeds), progress=False)
     modes = (("from scratch (cnn3)", scratch, "from scratch (ResNet18)"),
              ("1 frozen backbone", table2_runs[("s", "fedavg")], "1 pre-trained model"),
@@ -576,7 +565,7 @@ READING_LABELS = {"pcl": "as printed: L_g + L_p (Eq. 10)", "pcl_infonce": "InfoN
 def reading_grid(scale: str, n_train: int | None = None) -> dict:
     """FedPCL under feature shift (three backbones) in each reading of ``READINGS`` (a reading check); ``n_train``
     as in ``table2_grid``."""
-    seeds = scale_info(scale)["headline_seeds"]
+    seeds = SCALES[scale]["headline_seeds"]
     return {name: with_seeds(config("fedpcl", "feature shift", MULTI, scale, hyper=hyper, model=model,
                                     n_train=n_train), seeds)
             for name, (hyper, model) in READINGS.items()}
@@ -588,7 +577,7 @@ OFFICIAL_HEAD = ("local", "fedavg")   # the baselines the issue's few-shot check
 def official_head_grid(scale: str, n_train: int | None = None) -> dict:
     """Solo and FedAvg of Table 2 (both backbone sets) with the official code's classifier for baselines
     (``models.projection_official_head``: logits normalize(relu(fc z))), beside Table 2's linear head."""
-    seeds = scale_info(scale)["headline_seeds"]
+    seeds = SCALES[scale]["headline_seeds"]
     return {(bb, m): with_seeds(config(m, "feature shift", bbs, scale, model="projection_official_head",
                                        n_train=n_train), seeds)
             for bb, bbs in (("s", SINGLE), ("m", MULTI)) for m in OFFICIAL_HEAD}
@@ -653,10 +642,6 @@ def predicted_share(records: list[dict], cls: int = 0) -> float:
     shares = [C[:, :, cls].sum(1) / C.sum((1, 2)).clip(min=1)
               for C in (np.asarray(r["final_confusions"]["personal_local"], dtype=float) for r in records)]
     return float(np.mean(shares) * 100)
-
-
-def paper_scale_grid() -> dict:
-    return table2_grid("paper")
 
 
 def tables(scale: str) -> dict:

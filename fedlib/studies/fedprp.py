@@ -128,13 +128,9 @@ TUNING = dict(method="fedavg", args=dict(dataset="fmnist", kind="shards", gamma=
 METRICS = ["fedprp", "class_groups", "own_classes"]
 
 
-def scale_info(scale: str) -> dict:
-    return SCALES[scale]
-
-
 def scale_summary(scale: str) -> str:
     """What the chapter trains at ``scale`` next to what the paper trains (printed by the notebook's set-up)."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     return "\n".join([
         f"scale {scale}: {sc['clients']} clients, {round(sc['fraction'] * sc['clients'])} per round, "
         f"{sc['rounds']} rounds, FedPRP s + t = {sc['head']} + {sc['body']} local epochs "
@@ -149,7 +145,7 @@ def scale_summary(scale: str) -> str:
 
 def partition(kind: str, gamma: float, scale: str, value=None, method: str | None = None) -> dict:
     """Shards with s classes per client, or Dirichlet label skew, after a global long tail gamma."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     spec = {"name": "shards", "s": value or 4} if kind == "shards" else \
         {"name": "dirichlet", "alpha": value or 0.4, "min_size": 2}
     spec["imbalance"] = gamma
@@ -175,7 +171,7 @@ def config(
 ) -> Config:
     """FedPRP Section V-A: SGD lr 0.01 (momentum 0.5, weight decay 1e-4: the official code), batch 32,
     t + s local epochs for every method; personalized metrics over the round's participants."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     epochs = sc["head"] + sc["body"]
     hp = {"fedprp": {"head_epochs": sc["head"], "body_epochs": sc["body"]},
           "fedrep": {"head_epochs": sc["head"], "body_epochs": sc["body"]},
@@ -199,7 +195,7 @@ def last(records: list[dict], metric: str, scale: str) -> tuple[float, float, in
     """(mean, std, seeds) of the mean of the last evaluations of ``metric`` (the paper: last 10 rounds)."""
     from fedlib.experiment import summarize_runs
 
-    return summarize_runs(records, metrics=(metric,), last=scale_info(scale)["last"])[metric]
+    return summarize_runs(records, metrics=(metric,), last=SCALES[scale]["last"])[metric]
 
 
 # ---------------------------------------------------------------------- claims of the paper
@@ -212,7 +208,7 @@ def verdicts(table1: dict, table2: dict, table5: dict, table3: dict | None, abla
     from fedlib.studies.report import PerSeed
 
     val = lambda recs, metric: 100 * last(recs, metric, scale)[0]  # noqa: E731
-    n_last = scale_info(scale)["last"]
+    n_last = SCALES[scale]["last"]
     per_seed = lambda runs, metric: PerSeed(runs, metric, last=n_last)  # noqa: E731
 
     def fedprp_best(a):
@@ -294,7 +290,7 @@ KINDS = ("shards", "dirichlet")
 
 
 def comparison_grid(scale: str) -> dict:
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     gamma = sc["gammas"][0]
     seeds = {"shards": {ds: sc["headline_seeds"] for ds in sc["datasets"]}, "dirichlet": sc["dataset_seeds"]}
     return {(ds, kind, m): with_seeds(config(m, ds, kind, gamma, scale), seeds[kind][ds])
@@ -313,7 +309,7 @@ def _fmt_last(records, metric, scale):
 
 def table1_rows(runs: dict, scale: str) -> list[dict]:
     """Table I: A_loc under sharding on both datasets, A_loc under the official code's protocol, the paper."""
-    datasets = scale_info(scale)["datasets"]
+    datasets = SCALES[scale]["datasets"]
     rows = []
     for m in METHODS:
         row: dict[str, Any] = {"method": LABELS[m]}
@@ -328,7 +324,7 @@ def table1_rows(runs: dict, scale: str) -> list[dict]:
 
 def table2_rows(runs: dict, scale: str) -> list[dict]:
     """Tables II and V: A_glo and A_sel under Dirichlet skew, the paper beside."""
-    datasets = scale_info(scale)["datasets"]
+    datasets = SCALES[scale]["datasets"]
     rows = []
     for m in METHODS:
         row: dict[str, Any] = {"method": LABELS[m]}
@@ -344,7 +340,7 @@ def table2_rows(runs: dict, scale: str) -> list[dict]:
 
 def table3_rows(runs: dict, scale: str) -> list[dict]:
     """Table III: the global model on all classes and on the Many / Medium / Few groups (first dataset)."""
-    ds = scale_info(scale)["datasets"][0]
+    ds = SCALES[scale]["datasets"][0]
     rows = []
     for kind in KINDS:
         for m in [m for m in METHODS if m in PAPER_T3["shards"]]:
@@ -384,7 +380,7 @@ def plot_a_glo(runs: dict, scale: str):
 
     from fedlib.plots import learning_curves
 
-    ds = scale_info(scale)["datasets"][0]
+    ds = SCALES[scale]["datasets"][0]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
     for ax, kind in zip(axes, KINDS):
         learning_curves({LABELS[m]: runs[(ds, kind, m)] for m in METHODS}, metric="a_glo", ax=ax,
@@ -404,25 +400,18 @@ def reference_run(scale: str) -> Config:
     return config("fedprp", "fmnist", "shards", 0.1, scale)
 
 
-def hyperparameters(scale: str) -> list[dict]:
-    """This page's training settings against the paper's protocol, with the reason for each difference."""
-    from fedlib.studies.tuning import chapter_hyperparameters
-
-    return chapter_hyperparameters(__name__.rsplit(".", 1)[1], scale)
-
-
 def protocol(scale: str) -> tuple[list[dict], str]:
     """The evaluation protocol per method (Section V-A-3): A_glo reads the global model on the balanced test,
     A_loc each client's model on the balanced test, A_sel each client's model on its local test."""
     from fedlib.studies.report import protocol_rows
 
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     return protocol_rows({LABELS[m]: config(m, sc["datasets"][0], "shards", sc["gammas"][0], scale) for m in METHODS},
                          {"A_glo": "global_global", "A_loc": "personal_global", "A_sel": "personal_local"})
 
 
 def late_clients_grid(scale: str) -> dict:
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     ds, gamma = sc["datasets"][0], sc["gammas"][0]
     return {m: with_seeds(config(m, ds, "shards", gamma, scale, late=True), sc["sweep_seeds"]) for m in PAPER_T7}
 
@@ -438,10 +427,10 @@ def late_clients(scale: str, store: str | None = None) -> tuple[list[dict], dict
 
 
 def ablation_grid(scale: str) -> dict:
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     ds, gamma = sc["datasets"][0], sc["gammas"][0]
     return {row: with_seeds(config("fedprp", ds, "shards", gamma, scale, hyper={"use_id": use_id, "use_ic": use_ic}),
-                            scale_info(scale)["dataset_seeds"][ds])
+                            SCALES[scale]["dataset_seeds"][ds])
             for row, (use_id, use_ic, _, _) in PAPER_T8.items()}
 
 
@@ -456,7 +445,7 @@ def ablation(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
 
 
 def beta_grid(scale: str) -> dict:
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     ds, gamma = sc["datasets"][0], sc["gammas"][0]
     return {beta: with_seeds(config("fedprp", ds, "shards", gamma, scale, hyper={"beta": beta}), sc["sweep_seeds"])
             for beta in (0.1, 0.5, 0.9)}
@@ -470,7 +459,7 @@ def beta_sweep(scale: str, store: str | None = None) -> dict:
 def plot_beta(beta_runs: dict, scale: str):
     import matplotlib.pyplot as plt
 
-    ds = scale_info(scale)["datasets"][0]
+    ds = SCALES[scale]["datasets"][0]
     fig, ax = plt.subplots(figsize=(6, 3.4))
     x = np.arange(4)
     for i, (beta, recs) in enumerate(beta_runs.items()):
@@ -493,7 +482,7 @@ def plot_features(scale: str, methods=("fedavg", "fedprp"), clients: int = 5):
 
     from fedlib.experiment import trained
 
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     fig, axes = plt.subplots(1, len(methods), figsize=(5.5 * len(methods), 4.2))
     for ax, m in zip(np.atleast_1d(axes), methods):
         federation = trained(config(m, sc["datasets"][0], "shards", sc["gammas"][0], scale))
@@ -514,7 +503,7 @@ def plot_features(scale: str, methods=("fedavg", "fedprp"), clients: int = 5):
 
 def cost_rows(runs: dict, scale: str) -> list[dict]:
     """Cf. Table VI: seconds per round and numbers uploaded per client per round (Dirichlet, first dataset)."""
-    ds = scale_info(scale)["datasets"][0]
+    ds = SCALES[scale]["datasets"][0]
     return [
         {
             "method": LABELS[m],
@@ -524,12 +513,6 @@ def cost_rows(runs: dict, scale: str) -> list[dict]:
         }
         for m in METHODS
     ]
-
-
-def paper_scale_grid() -> dict:
-    """The comparison the chapter shows (Tables I, II, III, V at the first long tail gamma). It iterated over
-    every gamma under a key without gamma before, so the book looked up the last gamma's records only."""
-    return comparison_grid("paper")
 
 
 # which recorded table decides each claim of ``verdicts`` (in its order), and what cannot be checked offline
@@ -560,7 +543,7 @@ def chapter_verdicts(runs: dict, ablation: dict | None, new_clients: dict | None
     """``verdicts`` on the chapter's tables as it keeps them: ``runs`` is the comparison {(dataset, partition,
     method): records} (Tables I, II, III and V are read from it, on the first dataset), the others as
     ``verdicts`` takes them (None: not run or not complete)."""
-    ds = scale_info(scale)["datasets"][0]
+    ds = SCALES[scale]["datasets"][0]
     return verdicts({m: runs[(ds, "shards", m)] for m in METHODS}, {m: runs[(ds, "dirichlet", m)] for m in METHODS},
                     {m: runs[(ds, "dirichlet", m)] for m in PAPER_T5[(0.4, 0.1)]},
                     {kind: {m: runs[(ds, kind, m)] for m in PAPER_T3[kind]} for kind in KINDS},
@@ -579,7 +562,7 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
         return None
     parts = {name: complete_runs("fedprp", grids[name]) for name in ("late_clients", "ablation", "beta")}
     claims = chapter_verdicts(runs, parts["ablation"], parts["late_clients"], parts["beta"], scale)
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     seeds = sorted({int(r["seed"]) for recs in runs.values() for r in recs})
     missing = [name for name, found in parts.items() if found is None]
     return claims, (f"{scale} scale, committed records: {sc['datasets'][0].upper()}-LT, gamma = {sc['gammas'][0]}, "
@@ -595,7 +578,7 @@ def tables(scale: str) -> dict:
            "ablation": ablation_grid(scale), "beta": beta_grid(scale)}
     if scale == "reference":   # the evidence first: it says what the budget can decide
         grid = comparison_grid(scale)
-        out = {"convergence": convergence_grid({m: grid[(scale_info(scale)["datasets"][0], "shards", m)]
+        out = {"convergence": convergence_grid({m: grid[(SCALES[scale]["datasets"][0], "shards", m)]
                                                 for m in CONVERGENCE}), **out}
     return out
 

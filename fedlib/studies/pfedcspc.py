@@ -112,13 +112,9 @@ SCALES = Scales(
 TUNING = dict(method="fedavg", args=dict(dataset="fmnist"), metric="acc_global")
 
 
-def scale_info(scale: str) -> dict:
-    return SCALES[scale]
-
-
 def scale_summary(scale: str) -> str:
     """What the chapter trains at ``scale`` next to what the paper trains (printed by the notebook's set-up)."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     return "\n".join([
         f"scale {scale}: datasets {sc['datasets']}, {sc['clients']} clients, at most {sc['per_class'] or 'all'} "
         f"training images per class, {sc['rounds']} rounds of {sc['epochs']} local epochs at lr {sc['lr']}, evaluated "
@@ -137,7 +133,7 @@ def config(method: str, dataset: str, scale: str, seed: int = 0, hyper: dict | N
     decay 1e-5 (MOON's, which the paper follows), E local epochs, local test sets with each client's label mix.
     ``finetune`` (default: for the global-model methods of Table II) evaluates each client's "Local" after
     one epoch of CE fine-tuning of the global model."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     part = {"name": "dirichlet", "alpha": beta, "min_size": 10}
     if sc["per_class"]:
         part["per_class"] = sc["per_class"]
@@ -349,14 +345,7 @@ HYPER_REASONS = {"batch_size": "at 64 a client made 5 SGD steps a round and FedA
 
 def reference_run(scale: str) -> Config:
     """The run the hyperparameter table reads (the headline table's), at ``scale``."""
-    return config("pfedcspc", scale_info(scale)["datasets"][0], scale)
-
-
-def hyperparameters(scale: str) -> list[dict]:
-    """This page's training settings against the paper's protocol, with the reason for each difference."""
-    from fedlib.studies.tuning import chapter_hyperparameters
-
-    return chapter_hyperparameters(__name__.rsplit(".", 1)[1], scale)
+    return config("pfedcspc", SCALES[scale]["datasets"][0], scale)
 
 
 def protocol(scale: str) -> tuple[list[dict], str]:
@@ -365,20 +354,20 @@ def protocol(scale: str) -> tuple[list[dict], str]:
     epoch before Local, as the paper's Table II does."""
     from fedlib.studies.report import protocol_rows
 
-    ds = scale_info(scale)["datasets"][0]
+    ds = SCALES[scale]["datasets"][0]
     methods = list(dict.fromkeys(TABLE2 + TABLE3))
     return protocol_rows({LABELS[m]: config(m, ds, scale) for m in methods},
                          {"Global": "global_global", "Local": "personal_local"})
 
 
 def table2_grid(scale: str) -> dict:
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     return {(ds, m): with_seeds(config(m, ds, scale), sc["headline_seeds"]) for ds in sc["datasets"] for m in TABLE2}
 
 
 def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     """Table II over the headline seeds: (rows, {dataset: {method: records}})."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     runs = run_grid(table2_grid(scale), desc="Table II", store=store)
     table = nested(runs)
     rows = []
@@ -397,7 +386,7 @@ def plot_tradeoff(table: dict, scale: str):
     methods with close numbers stay readable."""
     import matplotlib.pyplot as plt
 
-    ds = scale_info(scale)["datasets"][0]
+    ds = SCALES[scale]["datasets"][0]
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     markers = "os^vD<>phX*P"
     for i, m in enumerate(TABLE2):
@@ -424,7 +413,7 @@ def plot_tradeoff(table: dict, scale: str):
 
 def table3_grid(scale: str) -> dict:
     """Table III's runs that Table II has not (FedAvg, FedAvg-FT and pFedCSPC come from Table II)."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     return {(ds, m): with_seeds(config(m, ds, scale), sc["main_seeds"]) for ds in sc["datasets"]
             for m in TABLE3 if m not in ("fedavg", "fedavg_ft", "pfedcspc")}
 
@@ -435,7 +424,7 @@ def table3(table2_: dict, scale: str, store: str | None = None, runs: dict | Non
     runs (their seeds among the main seeds). Returns (rows, {dataset: {method: records}} of the personalized methods
     (FedAvg-FT and pFedCSPC from Table II, on the main seeds; I_local reads each one's own model), every record
     used). ``runs``: the records of ``table3_grid`` at hand (committed ones); None runs the grid."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     seeds = sc["main_seeds"]
     runs = run_grid(table3_grid(scale), desc="Table III", store=store) if runs is None else runs
     table: dict[str, dict] = {ds: {} for ds in sc["datasets"]}
@@ -461,7 +450,7 @@ def table3(table2_: dict, scale: str, store: str | None = None, runs: dict | Non
 
 def ablations_grid(scale: str) -> dict:
     """Tables IV and V's runs that Table II has not (FedAvg and the full method)."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     ds, seeds = sc["datasets"][0], sc["seeds"]
     return {name: with_seeds(ablation_config(name, ds, scale), seeds) for name in ABLATION_RUNS if name != "full"}
 
@@ -469,7 +458,7 @@ def ablations_grid(scale: str) -> dict:
 def ablations(table2_: dict, scale: str, store: str | None = None, runs: dict | None = None) -> dict:
     """Tables IV and V: {run name: records} for every ablation run (FedAvg and the full method from Table II).
     ``runs``: the records of ``ablations_grid`` at hand (committed ones); None runs the grid."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     ds, seeds = sc["datasets"][0], sc["seeds"]
     runs = dict(run_grid(ablations_grid(scale), desc="Tables IV-V", store=store) if runs is None else runs)
     runs["fedavg"] = with_seed_in(table2_[ds]["fedavg"], seeds)
@@ -479,7 +468,7 @@ def ablations(table2_: dict, scale: str, store: str | None = None, runs: dict | 
 
 def ablation_tables(runs: dict, scale: str) -> tuple:
     """(Table IV {row: ms}, Table V {row: ms}, Table IV rows, Table V rows)."""
-    ds = scale_info(scale)["datasets"][0].upper()
+    ds = SCALES[scale]["datasets"][0].upper()
     table4 = {row: mean_std(runs[run], metric) for row, (run, metric) in TABLE4.items()}
     table5 = {row: mean_std(runs[run], metric) for row, (run, metric) in TABLE5.items()}
     rows4 = [{"row": r, f"{ds} ACC_global": fmt(v), "paper C10 (C=1.0)": PAPER_T4[r]} for r, v in table4.items()]
@@ -489,7 +478,7 @@ def ablation_tables(runs: dict, scale: str) -> tuple:
 
 def table6_grid(scale: str) -> dict:
     """Every base objective alone (b) and under pFedCSPC (+b); Table VI reads the alone runs Table II has from it."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     ds, seeds = sc["datasets"][0], sc["main_seeds"]
     grid = {b: with_seeds(config(b, ds, scale), seeds) for b in TABLE6_BASES}
     grid.update({f"+{b}": with_seeds(config("pfedcspc", ds, scale, hyper={"base": b}), seeds) for b in TABLE6_BASES})
@@ -500,7 +489,7 @@ def table6(table2_: dict, scale: str, store: str | None = None, runs: dict | Non
     """Table VI: pFedCSPC on other local objectives, each beside the objective alone. Returns (rows,
     {base: (records alone, records with pFedCSPC)}). ``runs``: the records of ``table6_grid`` at hand (committed
     ones); None runs what Table II has not."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     ds, seeds = sc["datasets"][0], sc["main_seeds"]
     alone = {b: with_seed_in(table2_[ds][b], seeds) for b in TABLE6_BASES if b in table2_[ds]}
     todo = {k: v for k, v in table6_grid(scale).items() if k not in alone}
@@ -516,7 +505,7 @@ def table7(table2_: dict, table6_: dict, scale: str) -> tuple:
     """Table VII: the first evaluated round at which the global model (mean over the main seeds) reaches
     FedAvg's final accuracy. Returns (rows, {method: round or None}, curves {method: (rounds, mean acc)},
     target, {method: records used})."""
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     ds, seeds = sc["datasets"][0], sc["main_seeds"]
     used = {m: with_seed_in(table2_[ds].get(m) or table6_[m][0], seeds) for m in TABLE7}
     curves = {}
@@ -537,7 +526,7 @@ def table7(table2_: dict, table6_: dict, scale: str) -> tuple:
 def plot_curves(curves: dict, target: float, scale: str):
     import matplotlib.pyplot as plt
 
-    ds = scale_info(scale)["datasets"][0]
+    ds = SCALES[scale]["datasets"][0]
     fig, ax = plt.subplots(figsize=(7, 4))
     for m, (rounds, acc) in curves.items():
         ax.plot(
@@ -559,7 +548,7 @@ def plot_curves(curves: dict, target: float, scale: str):
 
 
 def sweeps_grid(scale: str) -> dict:
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     ds, seeds = sc["datasets"][0], sc["seeds"]
     grid = {
         (r, a): with_seeds(config("pfedcspc", ds, scale, hyper={"repeats": r, "n_aug": a}), seeds)
@@ -593,7 +582,7 @@ def plot_fig6(sweep: dict, scale: str):
         chance_line(ax)
         ax.legend()
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{scale_info(scale)['datasets'][0].upper()}, scale {scale}")
+    fig.suptitle(f"{SCALES[scale]['datasets'][0].upper()}, scale {scale}")
     fig.tight_layout()
     return fig
 
@@ -642,10 +631,6 @@ def plot_pmi(record: dict):
     return fig, float(np.corrcoef(W[off], sim[off])[0, 1])
 
 
-def paper_scale_grid() -> dict:
-    return table2_grid("paper")
-
-
 # which recorded table decides each claim of ``verdicts`` (in its order), and what cannot be checked offline
 CLAIM_TABLES = [
     ("pFedCSPC has the best balance of generalization and personalization (Table II, HM)", "table2",
@@ -684,7 +669,7 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
         if runs is None:
             return None
         found[name] = runs
-    sc = scale_info(scale)
+    sc = SCALES[scale]
     ds = sc["datasets"][0]
     t2 = nested(found["table2"])
     _, t3, _ = table3(t2, scale, runs=found["table3"])
@@ -705,7 +690,7 @@ def tables(scale: str) -> dict:
            "table6": table6_grid(scale), "sweeps": sweeps_grid(scale)}
     if scale == "reference":   # the evidence first: it says what the budget can decide
         grid = table2_grid(scale)
-        out = {"convergence": convergence_grid({m: grid[(scale_info(scale)["datasets"][0], m)]
+        out = {"convergence": convergence_grid({m: grid[(SCALES[scale]["datasets"][0], m)]
                                                 for m in CONVERGENCE}), **out}
     return out
 

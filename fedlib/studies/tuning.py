@@ -12,7 +12,6 @@ written to ``results/tuning/<chapter>.json`` and the chapter's hyperparameter ta
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,9 +33,15 @@ def chapters() -> list[str]:
     return [name for name, c in registered().items() if hasattr(c.study, "TUNING")]
 
 
+def _study(chapter: str):
+    from fedlib.studies.registry import study
+
+    return study(chapter)
+
+
 def reference_config(chapter: str, lr: float):
     """The chapter's reference run at book scale on the held-out split, at learning rate ``lr``."""
-    study = importlib.import_module(f"fedlib.studies.{chapter}")
+    study = _study(chapter)
     spec = study.TUNING
     cfg = study.config(spec["method"], scale="book", **spec["args"])
     return dataclasses.replace(cfg, dataset=f"{cfg.dataset}-heldout", lr=lr), spec["metric"]
@@ -66,7 +71,7 @@ def tune(chapter: str, grid=GRID, root: Path | None = None, progress: bool = Tru
                                               f"(the best, {chosen}, reached {100 * done[chosen]:.1f}%: nothing is "
                                               "written)")
     cfg, metric = reference_config(chapter, float(chosen))
-    study = importlib.import_module(f"fedlib.studies.{chapter}")
+    study = _study(chapter)
     answer = {"chapter": chapter, "method": study.TUNING["method"], "metric": metric,
               "dataset": cfg.dataset, "batch_size": cfg.batch_size, "rounds": cfg.rounds,
               "scores": scores, "chosen": float(chosen), "code_version": code_version(),
@@ -114,7 +119,7 @@ def chapter_hyperparameters(chapter: str, scale: str) -> list[dict]:
     committed tuning record, and a rate other than the record's choice needs the chapter's ``LR_OVERRIDE``."""
     from fedlib.studies.report import hyperparameter_rows
 
-    study = importlib.import_module(f"fedlib.studies.{chapter}")
+    study = _study(chapter)
     reasons = dict(study.HYPER_REASONS)
     tuned = read(chapter) if hasattr(study, "TUNING") else None
     ours = study.reference_run(scale)
