@@ -430,14 +430,22 @@ def test_each_chapter_lists_the_evaluation_protocol_its_paper_reports():
     rows, note = by_method(pfedcspc)
     for m in ("FedAvg", "MOON", "CCVR"):
         assert rows[m]["Global: model"] == "the global model"
-        assert rows[m]["Local: model"] == "the global model, fine-tuned by each client"
         assert rows[m]["before evaluation"].startswith("1 epoch of cross-entropy")
-    assert rows["pFedCSPC"]["Local: model"] == "each client's own model" and "Local: each client's local" in note
+    assert rows["MOON"]["Local: model"] == "the global model, fine-tuned by each client"
+    # CCVR's eval_params: fine-tuning starts from its calibrated classifier (the method's own words)
+    assert rows["CCVR"]["Local: model"] == "the global model with the server's calibrated classifier, fine-tuned " \
+                                           "by each client"
+    assert rows["pFedCSPC"]["Local: model"] == "each client's model after its last local training"
+    assert "Local: each client's local" in note
+    assert rows["pFedCSPC"]["prediction"].startswith("the global model: softmax of its logits fused")
     rows, note = by_method(fedprp)
     assert rows["FedPRP"]["A_glo: model"] == "the global model"
     assert rows["FedAvg"]["A_loc: model"] == "the global model (no personal model)"
     assert rows["FedProto"]["A_glo: model"] == "the average of the clients' models"
     assert "A_loc: the balanced test set" in note
+    assert rows["FedPRP"]["prediction"].startswith("the nearest prototype") and rows["FedAvg"]["prediction"] == \
+        "the largest logit"
+    assert rows["FedPRP"]["A_loc: model"] == "each client's own last-trained body and head (head never sent)"
     rows, _ = by_method(fedpcl)
     assert rows["Per-FedAvg"]["before evaluation"].startswith("1 step")
     assert rows["FedPCL"]["accuracy: model"] == "each client's own model (no weights sent)"

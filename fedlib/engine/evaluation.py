@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -25,6 +26,9 @@ from fedlib.engine.client import ADAPT_SALT, Adaptation, ClientTask
 from fedlib.engine.core import ClientContext, derived_seed
 from fedlib.errors import ConfigError
 from fedlib.metrics import accuracy, confusion, macro_f1, summarize
+
+if TYPE_CHECKING:
+    from fedlib.engine.protocol import EvaluationPlan
 
 MODELS = ("personal", "global")
 
@@ -130,6 +134,62 @@ def resolve_metric_sets(names) -> list[MetricSet]:
     return out
 
 
+def adaptation_phase(method, finetune_epochs: int = 0):
+    """What a client runs on its model before it is evaluated: the method's own adaptation (FedAvg-FT, FedBABU,
+    Per-FedAvg), else for a method without personal models the plan's ``finetune_epochs`` of cross-entropy on the
+    whole model (pFedCSPC's "Local" of global methods), else None."""
+    phase = method.finetune_phase()
+    if phase is None and finetune_epochs and not method.personalized:
+        from fedlib.engine.core import Phase, cross_entropy_loss
+
+        phase = Phase(epochs=finetune_epochs, loss=cross_entropy_loss)
+    return phase
+
+
+def family_model(method, model: str, finetune_epochs: int = 0) -> str:
+    """Which model the families of ``model`` ("personal" or "global") read under the Evaluator's rule:
+    "personal" (each client's, as ``eval_params`` gives it, after ``adaptation_phase``), "global", or "average"
+    (an evaluation-only average of the clients' models, for a method without a global model)."""
+    if model == "personal" and (method.personalized or adaptation_phase(method, finetune_epochs) is not None):
+        return "personal"
+    return "global" if method.has_global_model else "average"
+
+
+def describe(method, plan: EvaluationPlan, family: str, lr: float, local_epochs: int) -> dict[str, str]:
+    """The Evaluator's rule for ``family`` in words, read from the same decisions (``family_model``,
+    ``adaptation_phase``) and the method's own descriptions of its hooks: {"model", "before evaluation",
+    "prediction"}."""
+    from fedlib.models import PARTS
+
+    model, _ = family_parts(family)
+    source = family_model(method, model, plan.finetune_epochs)
+    phase = adaptation_phase(method, plan.finetune_epochs) if source == "personal" else None
+    if source == "personal" and method.finetune_phase() is not None:
+        text = "the model it receives, fine-tuned by each client"
+    elif source == "personal" and method.personalized:
+        local = [part for part in PARTS if part not in method.shared]
+        text = method.describes_eval_params() or "each client's own model"
+        text += " (no weights sent)" if len(local) == len(PARTS) else \
+            f" ({', '.join(local)} never sent)" if local else ""
+    elif source == "personal":   # a method without personal models, fine-tuned by the plan from eval_params
+        text = f"{method.describes_eval_params() or 'the global model'}, fine-tuned by each client"
+    elif source == "global":
+        text = "the global model" if model == "global" else "the global model (no personal model)"
+    else:
+        text = "the average of the clients' models" if plan.average_global else "none (no global model)"
+    if phase is None:
+        before = "none"
+    else:
+        rate = phase.lr if phase.lr is not None else lr
+        epochs = phase.epochs if phase.epochs is not None else local_epochs
+        span = f"{phase.max_steps} step{'s' if phase.max_steps != 1 else ''}" if phase.max_steps else \
+            f"{epochs} epoch{'s' if epochs != 1 else ''}"
+        parts = "the whole model" if tuple(phase.trainable) == PARTS else " + ".join(phase.trainable)
+        loss = " of cross-entropy" if method.finetune_phase() is None else ""   # the plan's fine-tuning
+        before = f"{span}{loss} on {parts}, lr {rate:g}"
+    return {"model": text, "before evaluation": before, "prediction": method.describes_prediction()}
+
+
 class Evaluator:
     """Computes the confusion families the metric sets need, then the metric sets.
 
@@ -150,16 +210,13 @@ class Evaluator:
         # ``finetune_epochs`` > 0: a method without personal models or adaptation of its own is evaluated, per
         # client, after that many epochs of cross-entropy fine-tuning of the model it would use (pFedCSPC's
         # "Local" of global methods)
-        self.finetune = None
         method = federation.method
         if average_global and method.personalized and not method.has_global_model and \
                 hasattr(federation.executor, "client_confusions"):
             raise ConfigError("average_global", True, "False where clients keep their models on their own nodes "
                               "(Flower): the average would need every client's model on the server")
-        if finetune_epochs and not method.personalized and method.finetune_phase() is None:
-            from fedlib.engine.core import Phase, cross_entropy_loss
-
-            self.finetune = Phase(epochs=finetune_epochs, loss=cross_entropy_loss)
+        self.adapt = adaptation_phase(method, finetune_epochs)   # what ``describe`` names, from the same rule
+        self.finetune_epochs = finetune_epochs
 
     def test_indices(self, name: str):
         if name not in self._test_sets:
@@ -190,11 +247,10 @@ class Evaluator:
         fed, method = self.fed, self.fed.method
         ctxs = [fed.context(task) for task in tasks]
         params = [method.eval_params(ctx) for ctx in ctxs]
-        phase = method.finetune_phase() or self.finetune
-        if phase is not None:
+        if self.adapt is not None:
             adapt = [ClientTask(task.client_id, t, task.received, task.state, task.model, salt=ADAPT_SALT)
                      for task in tasks]
-            params = [r.model for r in fed.executor.run(Adaptation(method, phase), adapt)]
+            params = [r.model for r in fed.executor.run(Adaptation(method, self.adapt), adapt)]
         return params, ctxs
 
     def global_model(self, personal_params: list[dict] | None):
@@ -212,8 +268,8 @@ class Evaluator:
 
     def wants_personal(self) -> bool:
         """Whether the client families use each client's own model (personalized or fine-tuned)."""
-        return bool((self.fed.method.personalized or self.finetune)
-                    and any(f.startswith("personal_") for f in self.families))
+        return (family_model(self.fed.method, "personal", self.finetune_epochs) == "personal"
+                and any(f.startswith("personal_") for f in self.families))
 
     def plan(self, has_global: bool, shared_global: bool) -> dict[str, tuple[str, str]]:
         """How each family is computed: {family: (where, model)} with where "server" (the global model on a

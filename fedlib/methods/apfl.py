@@ -72,3 +72,6 @@ class APFL(Method):
         float_keys = {k for k, v in net.items() if v.is_floating_point()}
         mix = mixed(ctx.model[ALPHA], ctx.model, {k: net[k] for k in float_keys})
         return {**net, **mix}
+
+    def describes_eval_params(self):
+        return "each client's mix alpha v + (1 - alpha) w of its own model v and the global model w"

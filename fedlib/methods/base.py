@@ -179,6 +179,17 @@ class Method:
         ``prediction_variants``. ``ctx.client_id`` is None for the global model."""
         return out.logits.argmax(1)
 
+    # what the protocol table says of the two hooks above (engine.evaluation.describe): a method that overrides
+    # ``eval_params`` or ``predict`` says in the same class what it does (tests/test_methods_describe.py)
+    def describes_eval_params(self) -> str | None:
+        """The model ``eval_params`` gives a client, in words; None: the model the client has with what the
+        server sends on top (the default)."""
+        return None
+
+    def describes_prediction(self) -> str:
+        """The rule ``predict`` applies (variant None), in words."""
+        return "the largest logit"
+
     # ------------------------------------------------------------------ helpers for subclasses
     def embed(self, z: torch.Tensor) -> torch.Tensor:
         """The space the method's prototypes live in (FedPCL: the unit sphere); default: z itself."""
@@ -233,6 +244,9 @@ class TrainedModelIsPersonal(Method):
     def eval_params(self, ctx):
         return ctx.model if self.trained(ctx) else self.received_model(ctx)
 
+    def describes_eval_params(self):
+        return "each client's model after its last local training"
+
 
 # mixins combine with a Method subclass; to the type checker they are Methods (their super() calls resolve)
 if TYPE_CHECKING:
@@ -259,6 +273,9 @@ class PersonalModel(_MixinBase):
 
     def eval_params(self, ctx):
         return ctx.state.get("personal", super().eval_params(ctx))
+
+    def describes_eval_params(self):
+        return "each client's personal model v (trained beside the one it uploads)"
 
 
 class PerClientAggregation(_MixinBase):

@@ -117,3 +117,6 @@ class CCVR(Method):
     def eval_params(self, ctx):
         """The calibrated global model (what evaluation-time fine-tuning starts from)."""
         return {**self.received_model(ctx), **(ctx.received.get("calibrated_head") or {})}
+
+    def describes_eval_params(self):
+        return "the global model with the server's calibrated classifier"

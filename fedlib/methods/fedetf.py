@@ -145,3 +145,10 @@ class FedETF(Method):
         etf = ctx.model.get(PERSONAL_ETF, ctx.received.get("etf")) if ctx.model is not None else ctx.received["etf"]
         scale = ctx.model[SCALE] if ctx.model is not None and SCALE in ctx.model else 1.0
         return etf_logits(out.z, etf, scale).argmax(1)
+
+    def describes_eval_params(self):
+        return ("the global model, fine-tuned by each client (its ETF and scale)" if self.hp.finetune_rounds
+                else None)
+
+    def describes_prediction(self):
+        return "the closest class vector of the ETF classifier (the client's own after fine-tuning)"

@@ -115,5 +115,7 @@ class FedFomo(Method):
     def eval_params(self, ctx):
         return ctx.model
 
+    def describes_eval_params(self):
+        return "each client's own model (its weighted mix of the models it downloaded)"
     def round_log(self, server):
         return {"affinity": np.asarray(server.state["affinity"]).round(4).tolist()}

@@ -152,6 +152,13 @@ class FedPCL(PrototypeSharing):
         own = pad_prototypes(ctx.state["protos"][None], ctx.state["counts"][None], ctx.received["protos"])[0]
         return (z @ own.T).argmax(1)
 
+    def describes_prediction(self):
+        if self.hp.loss in ("ce", "ce_protodist"):
+            return "the largest logit"
+        if self.hp.loss == OFFICIAL:
+            return "the nearest of the client's own prototypes (squared distance; the official code)"
+        return "the most similar prototype (cosine): the client's own, padded with the global ones"
+
 
 def _zero_like(z):
     return z.sum() * 0.0

@@ -64,3 +64,6 @@ class FedPHP(Method):
 
     def eval_params(self, ctx):
         return ctx.state["hpm"]
+
+    def describes_eval_params(self):
+        return "each client's personalized model (its moving average of the global models)"

@@ -62,6 +62,9 @@ class FedProto(PrototypeSharing):
             return out.logits.argmax(1)
         return nearest_prototype(out.z, ctx.received["protos"], ctx.received["present"])
 
+    def describes_prediction(self):
+        return "the largest logit" if self.hp.predict_by == "logits" else "the nearest global prototype"
+
 
 def nearest_prototype(z, protos, present):
     """Class of the nearest (Euclidean) prototype among the classes that have one."""

@@ -254,6 +254,12 @@ class FedPRP(GlobalPrototypes):
         padded = torch.where(holds.unsqueeze(1), own, glob)                          # A11: pad with global
         return nearest(out.z, padded, holds | present)
 
+    def describes_eval_params(self):
+        return "each client's own last-trained body and head"
+
+    def describes_prediction(self):
+        return ("the nearest prototype: the client's own padded with the global ones (the global model: the "
+                "global prototypes)")
 
 
 # ---------------------------------------------------------------------- participation of Table VII

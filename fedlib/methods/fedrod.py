@@ -63,3 +63,9 @@ class FedRoD(Method):
         return personal_logits(out.z, out.logits, ctx.model).argmax(1)
 
     prediction_variants = ("generic",)
+
+    def describes_eval_params(self):
+        return "the generic model with the client's personal head"
+
+    def describes_prediction(self):
+        return "the generic logits plus the personal head's (the global model: the generic logits)"

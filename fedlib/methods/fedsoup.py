@@ -68,3 +68,6 @@ class FedSoup(Method):
 
     def eval_params(self, ctx):
         return ctx.state.get("personal", self.received_model(ctx))
+
+    def describes_eval_params(self):
+        return "each client's own model soup"

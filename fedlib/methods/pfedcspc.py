@@ -240,6 +240,10 @@ class PFedCSPC(TrainedModelIsPersonal):
         fused = (1 - self.hp.lam_kp) * out.logits.softmax(1) + self.hp.lam_kp * knowledge.softmax(1)
         return fused.argmax(1)
 
+    def describes_prediction(self):
+        return ("the global model: softmax of its logits fused with the cosine similarity to the exemplars "
+                "(Eq. 15); each client's model: the largest logit" if self.hp.kp else "the largest logit")
+
 
 # ---------------------------------------------------------------------- metric sets of this paper
 def _generalization(ev: Evaluation) -> dict:

@@ -528,65 +528,23 @@ def best_evidence_html(by_scale: dict[str, list[Claim]], notes: dict[str, str]) 
 
 
 # ---------------------------------------------------------------------- evaluation protocol per method
-def _parts(trainable) -> str:
-    from fedlib.models import PARTS
-
-    return "the whole model" if tuple(trainable) == PARTS else " + ".join(trainable)
-
-
-def adaptation(cfg) -> str:
-    """What a client does to its model before it is evaluated: the method's own adaptation (FedAvg-FT,
-    FedBABU, Per-FedAvg), the experiment's fine-tuning of a method without personal models, or none."""
-    from fedlib.methods import make_method
-
-    method = make_method(cfg.method, **cfg.hyper)
-    phase = method.finetune_phase()
-    epochs = phase.epochs if phase is not None else 0
-    if phase is None and cfg.evaluation.finetune_epochs and not method.personalized:
-        phase, epochs = None, cfg.evaluation.finetune_epochs
-        return f"{epochs} epoch{'s' if epochs != 1 else ''} of cross-entropy on the whole model, lr {cfg.lr:g}"
-    if phase is None:
-        return "none"
-    lr = phase.lr if phase.lr is not None else cfg.lr
-    span = f"{phase.max_steps} step{'s' if phase.max_steps != 1 else ''}" if phase.max_steps else \
-        f"{epochs if epochs is not None else cfg.local_epochs} epoch{'s' if (epochs or cfg.local_epochs) != 1 else ''}"
-    return f"{span} on {_parts(phase.trainable)}, lr {lr:g}"
-
-
-def evaluated_model(cfg, family: str) -> str:
-    """Which model of a method a metric family reads (``<personal|global>_<test set>``), in words."""
-    from fedlib.engine.evaluation import family_parts
-    from fedlib.methods import make_method
-    from fedlib.models import PARTS
-
-    method = make_method(cfg.method, **cfg.hyper)
-    model, _ = family_parts(family)
-    if model == "personal" and method.finetune_phase() is not None:
-        return "the model it receives, fine-tuned by each client"
-    if model == "personal" and method.personalized:
-        local = [p for p in PARTS if p not in method.shared]
-        if len(local) == len(PARTS):
-            return "each client's own model (no weights sent)"
-        return f"each client's own model ({', '.join(local)} never sent)" if local else "each client's own model"
-    if model == "personal" and cfg.evaluation.finetune_epochs:
-        return "the global model, fine-tuned by each client"
-    if method.has_global_model:
-        return "the global model" if model == "global" else "the global model (no personal model)"
-    return "the average of the clients' models" if cfg.evaluation.average_global else "none (no global model)"
-
-
 def protocol_rows(configs: dict, reported: dict[str, str]) -> tuple[list[dict], str]:
-    """The evaluation protocol per method, one row each: which model each reported metric reads (``reported``:
-    {column: family}) and what the client does before evaluation. ``configs``: {method label: Config}.
-    Returns (rows, a note naming each metric's test set)."""
-    from fedlib.engine.evaluation import TEST_SETS, family_parts
+    """The evaluation protocol per method, one row each, in the Evaluator's own words (``engine.evaluation.
+    describe``: the same rule it evaluates by): which model each reported metric reads (``reported``: {column:
+    family}), what the client does before evaluation and how a class is predicted. ``configs``: {method label:
+    Config}. Returns (rows, a note naming each metric's test set)."""
+    from fedlib.engine.evaluation import TEST_SETS, describe, family_parts
+    from fedlib.methods import make_method
 
     rows = []
     for label, cfg in configs.items():
-        row = {"method": label}
-        for column, family in reported.items():
-            row[f"{column}: model"] = evaluated_model(cfg, family)
-        row["before evaluation"] = adaptation(cfg)
+        method = make_method(cfg.method, **cfg.hyper)
+        said = {column: describe(method, cfg.evaluation.plan(), family, cfg.lr, cfg.local_epochs)
+                for column, family in reported.items()}
+        row = {"method": label, **{f"{column}: model": d["model"] for column, d in said.items()}}
+        row["before evaluation"] = next((d["before evaluation"] for d in said.values()
+                                         if d["before evaluation"] != "none"), "none")
+        row["prediction"] = next(iter(said.values()))["prediction"]
         rows.append(row)
     sets = "; ".join(f"{column}: {TEST_SETS[family_parts(family)[1]].description}" for column, family in
                      reported.items())
