@@ -42,7 +42,8 @@ def test_every_chapter_cites_its_paper_and_every_method_its_tables_train():
         cited = cited_in(notebook)
         assert cited <= KEYS, f"{name} cites keys missing from references.bib: {sorted(cited - KEYS)}"
         wanted = {METHODS[m].cite for m in chapter.methods()} - {None}
-        assert METHODS[name].cite in cited, f"{name} does not cite its own paper"
+        if name in METHODS:   # a paper's chapter, named after its method
+            assert METHODS[name].cite in cited, f"{name} does not cite its own paper"
         assert wanted <= cited, f"{name} trains methods it does not cite: {sorted(wanted - cited)}"
 
 

@@ -60,6 +60,7 @@ SCALES = Scales(
     paper=dict(rounds=150, local_epochs=5, n_divisor=1, seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], eval_every=5,
             global_test=None),
 )
+HEADLINE_KEYS = 3   # leading label columns of the headline rows the Results overview shows
 METRIC = "personal_local_acc"  # FedGPA: average over clients of test accuracy on their local test sets
 
 

@@ -47,6 +47,8 @@ PAPER_T1 = {"from scratch (ResNet18)": ("11M", 0.95, 31.75), "1 pre-trained mode
 
 PAPER_SCALE = dict(n_train=2000, n_test=500, rounds=50, headline_seeds=[0, 1, 2], seeds=[0, 1, 2],
                    sweep_seeds=[0, 1, 2], clients=[5, 10, 20, 40, 80])
+HEADLINE_KEYS = 2   # leading label columns of the headline rows the Results overview shows
+
 SCALES = Scales(
     ci=dict(n_train=60, n_test=30, rounds=2, headline_seeds=[0], seeds=[0], sweep_seeds=[0], clients=[5, 10, 20]),
     book=dict(n_train=400, n_test=200, rounds=6, headline_seeds=[0, 1, 2], seeds=[0, 1], sweep_seeds=[0],

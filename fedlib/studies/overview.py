@@ -6,8 +6,6 @@ from fedlib.studies.common import load_summaries
 from fedlib.studies.registry import chapters
 from fedlib.studies.report import Claim
 
-HEADLINE_KEYS = {"fedgpa": 3, "fedpcl": 2}   # leading label columns of each chapter's headline rows
-
 
 def titles() -> dict[str, str]:
     """chapter -> its title, every registered chapter in the book's order."""
@@ -94,7 +92,8 @@ def headline(chapter: str, summary: dict):
     from fedlib.studies.common import ResultsTable
 
     part = summary.get("headline", {})
-    return ResultsTable(headline_table(summary), keys=HEADLINE_KEYS.get(chapter, 1), note=part.get("provenance", ""),
+    keys = getattr(chapters()[chapter].study, "HEADLINE_KEYS", 1)   # leading label columns of its headline rows
+    return ResultsTable(headline_table(summary), keys=keys, note=part.get("provenance", ""),
                         classes=10)   # every chapter's data has 10 classes
 
 

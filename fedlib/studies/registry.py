@@ -30,7 +30,7 @@ CONTRACT = {
 }
 # what a chapter may define beside it: recorded_claims(scale) (the verdicts its committed records decide),
 # CLAIM_TABLES and NOT_OFFLINE (which recorded table decides each claim), TUNING (its book-scale learning rate)
-BUILTIN = ("fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc")   # the book's chapters, in its order
+BUILTIN = ("fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc", "compare")   # the book's chapters, in its order
 
 
 @dataclass(frozen=True)

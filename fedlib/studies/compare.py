@@ -1,0 +1,310 @@
+"""Five methods side by side (issue 43): FedGPA, FedPCL, FedPRP, FedMate and pFedCSPC with the baselines a
+practitioner would try first, under one protocol on three kinds of label skew, each method tuned equally.
+
+The protocol: FMNIST, 20 clients, every client in every round, the same cnn2 trained from scratch by SGD (momentum
+0.5, weight decay 5e-4, batch 50) for the same rounds and E local epochs; FedPCL trains its projection on the
+features of a frozen backbone instead (its paper's design; here ccexam's small CNN trained on MNIST, the one offline
+backbone of FMNIST's kind), stated in every table. Methods whose paper splits the local epochs into a head phase
+and a body phase take 1 of the E epochs for the head (FedRep, FedPRP); FedPAC and FedMate add their one-epoch head
+phase as their papers do. Partitions (the same for every method per seed):
+
+* ``dominant``: FedGPA's Setting 1 with s = 20 (each client 20% of its images drawn uniformly, the rest from its
+  dominant classes);
+* ``long_tail``: FedPRP's global long tail gamma = 0.1, then shards of s = 4 classes per client;
+* ``dirichlet``: Dirichlet label skew, alpha = 0.1.
+
+Equal tuning: for each partition, every method's learning rate from ``LR_GRID`` and its one most sensitive
+hyperparameter from two values (``SENSITIVE``) are chosen on ``fmnist-heldout`` (10,000 training images held out as
+the test set, the real test set unused) at the table's budget, seed 0, by the last-round personalized accuracy
+(ties: the smaller rate, then the first value); the comparison then trains each method with its choice.
+
+Evaluation, stated once: personalized accuracy on each client's local test set (test images drawn with the client's
+own label mix) at the last round, the mean over clients; the global model on the balanced test set beside it for
+methods that have one. No best-round picking.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from fedlib.data.partition import fedgpa_setting
+from fedlib.experiment import Config, make_config
+from fedlib.studies.common import RUNTIME, method_labels, with_seeds
+from fedlib.studies.grid import Scales
+from fedlib.studies.registry import register_chapter
+from fedlib.studies.report import Claim, local
+
+METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "fedproto", "ditto", "fedrep", "fedpac",
+           "fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc"]
+PAPERS = ("fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc")   # the book's five methods
+LABELS = method_labels(METHODS)
+PARTITIONS = ("dominant", "long_tail", "dirichlet")
+PARTITION_LABELS = {"dominant": "dominant classes (FedGPA Setting 1, s = 20)",
+                    "long_tail": "global long tail gamma = 0.1, 4 classes per client (FedPRP)",
+                    "dirichlet": "Dirichlet alpha = 0.1"}
+LR_GRID = (0.01, 0.03, 0.1)
+# each method's one most sensitive hyperparameter (its paper's main knob) and the two values tried
+SENSITIVE: dict[str, tuple[str, tuple]] = {
+    "fedprox": ("mu", (0.01, 0.1)), "fedproto": ("lam", (0.1, 1.0)), "ditto": ("lam", (0.1, 1.0)),
+    "fedpac": ("lam", (0.1, 1.0)), "fedgpa": ("mu", (0.25, 0.5)), "fedpcl": ("tau", (0.07, 0.5)),
+    "fedprp": ("lam", (0.5, 0.9)), "fedmate": ("lambda_p", (0.1, 1.0)), "pfedcspc": ("lam_kp", (0.1, 0.5)),
+}
+BACKBONE = ["cnn_mnist"]   # FedPCL's frozen backbone on FMNIST
+HEADLINE_KEYS = 2   # leading label columns of the headline rows the Results overview shows
+METRIC = "personal_local_acc"
+LOCAL_TEST = local("each client's local test set (test images drawn with the client's own label mix)")
+
+SCALES = Scales(
+    # ci: the code's test (tiny data, two rates, the first value of each knob)
+    ci=dict(rounds=2, epochs=2, per_class=60, seeds=[0, 1], lr_grid=(0.03, 0.1), values=1, server_epochs=1,
+            eval_every=1),
+    book=dict(rounds=5, epochs=2, per_class=150, seeds=[0], lr_grid=(0.03, 0.1), values=1, server_epochs=2,
+              eval_every=5),
+    # the protocol at a budget this CPU records: 3 seeds, the whole grid
+    reference=dict(rounds=20, epochs=2, per_class=1200, seeds=[0, 1, 2], lr_grid=LR_GRID, values=2, server_epochs=10,
+                   eval_every=5),
+    # the budget the five papers share between them (FedGPA 150 rounds of E = 5, FedMate 200, FedPRP 100)
+    paper=dict(rounds=100, epochs=5, per_class=1200, seeds=[0, 1, 2], lr_grid=LR_GRID, values=2, server_epochs=100,
+               eval_every=10),
+)
+HYPER_REASONS = {"lr": "chosen per method and partition on the held-out split (equal tuning)",
+                 "hyper": "the method's sensitive hyperparameter chosen on the held-out split; its structure fixed"}
+
+
+def scale_summary(scale: str) -> str:
+    sc = SCALES[scale]
+    return "\n".join([
+        f"scale {scale}: FMNIST, 20 clients, {sc['rounds']} rounds of E = {sc['epochs']} local epochs, "
+        f"at most {sc['per_class']} training images per class, seeds {sc['seeds']}; tuning: lr in "
+        f"{list(sc['lr_grid'])} x {sc['values']} value(s) of each method's knob, seed 0, held-out split",
+        "one protocol for every method: cnn2 from scratch, SGD momentum 0.5, weight decay 5e-4, batch 50, full "
+        "participation (FedPCL: a projection on frozen cnn_mnist features)",
+    ])
+
+
+def partition(kind: str, scale: str) -> dict:
+    """The partition spec of ``kind`` at ``scale``: about ``20 x n`` training images in each, ``n`` = FedGPA's 600
+    per client at 1,200 images per class (the Dirichlet pool; the long tail keeps about 40% of its pool)."""
+    per_class = SCALES[scale]["per_class"]
+    if kind == "dominant":
+        spec = fedgpa_setting(1, 10)
+        out = {"name": "skew", "s": 20, "n": spec["n"] * per_class // 1200, "k": spec["k"]}
+    elif kind == "long_tail":
+        out = {"name": "shards", "s": 4, "imbalance": 0.1}
+    else:
+        out = {"name": "dirichlet", "alpha": 0.1, "min_size": 10}
+    if kind != "dominant":
+        out["per_class"] = per_class
+    return out
+
+
+def structure(method: str, scale: str) -> dict:
+    """What each method's paper fixes about its local epochs and server (not tuned)."""
+    sc = SCALES[scale]
+    return {"fedrep": {"head_epochs": 1, "body_epochs": sc["epochs"] - 1},
+            "fedprp": {"head_epochs": 1, "body_epochs": sc["epochs"] - 1},
+            "pfedcspc": {"server_epochs": sc["server_epochs"]}}.get(method, {})
+
+
+def config(method: str, kind: str, scale: str, lr: float, value=None, seed: int = 0, heldout: bool = False) -> Config:
+    """One run of the protocol: ``method`` on partition ``kind`` at learning rate ``lr`` with its knob at
+    ``value`` (None: the method has none); ``heldout``: on the tuning split."""
+    sc = SCALES[scale]
+    hyper = dict(structure(method, scale))
+    if method in SENSITIVE and value is not None:
+        hyper[SENSITIVE[method][0]] = value
+    return make_config(
+        method=method, dataset="fmnist-heldout" if heldout else "fmnist", partition=partition(kind, scale),
+        num_clients=20, rounds=sc["rounds"], local_epochs=sc["epochs"], batch_size=50, lr=lr, momentum=0.5,
+        weight_decay=5e-4, eval_every=sc["eval_every"], hyper=hyper, seed=seed,
+        backbones=list(BACKBONE) if method == "fedpcl" else None, device=RUNTIME["device"],
+        executor=RUNTIME["executor"])
+
+
+def knob_values(method: str, scale: str) -> tuple:
+    return SENSITIVE[method][1][:SCALES[scale]["values"]] if method in SENSITIVE else (None,)
+
+
+def tuning_grid(scale: str) -> dict:
+    """{(partition, method, lr, value): [the held-out run, seed 0]}."""
+    return {(kind, m, lr, v): [config(m, kind, scale, lr, v, heldout=True)]
+            for kind in PARTITIONS for m in METHODS
+            for lr, v in itertools.product(SCALES[scale]["lr_grid"], knob_values(m, scale))}
+
+
+def per_seed(records: list[dict], metric: str = METRIC) -> dict[int, float]:
+    """{seed: the last-round value of ``metric`` (%)} (no best-round picking)."""
+    return {int(r["seed"]): 100 * r["final"][metric] for r in records if r["final"].get(metric) is not None}
+
+
+def choose(tuning: dict) -> dict:
+    """{(partition, method): (lr, value)} from the tuning runs ({(partition, method, lr, value): records}): the best
+    last-round personalized accuracy; ties go to the smaller rate, then the first value; a cell whose runs are
+    not all there chooses nothing."""
+    best: dict = {}
+    for (kind, m, lr, v), records in tuning.items():
+        scores = list(per_seed(records).values())
+        score = float(np.mean(scores)) if scores else float("nan")
+        if not np.isfinite(score):   # not run, or diverged
+            continue
+        current = best.get((kind, m))
+        if current is None or score > current[0]:
+            best[(kind, m)] = (score, lr, v)
+    return {cell: (lr, v) for cell, (_, lr, v) in best.items()}
+
+
+def comparison_grid(scale: str, chosen: dict) -> dict:
+    """{(partition, method): [configs over seeds]} at each cell's chosen (lr, value); cells not chosen yet are left
+    out."""
+    sc = SCALES[scale]
+    return {(kind, m): with_seeds(config(m, kind, scale, *chosen[(kind, m)]), sc["seeds"])
+            for kind in PARTITIONS for m in METHODS if (kind, m) in chosen}
+
+
+def recorded_choice(scale: str) -> dict:
+    """The choices the committed tuning records of ``scale`` make (every cell whose runs are all recorded)."""
+    from fedlib.studies.grid import stored_grid
+
+    stored = stored_grid("compare", tuning_grid(scale))
+    cells: dict = {}
+    for (kind, m, lr, v), c in stored.items():
+        cells.setdefault((kind, m), {})[(kind, m, lr, v)] = c["records"]
+    complete = {k: runs for k, runs in cells.items() if all(runs.values())}
+    return choose({key: recs for runs in complete.values() for key, recs in runs.items()})
+
+
+def tables(scale: str) -> dict:
+    """The comparison (every cell whose tuning is recorded: run ``records compare`` again once the tuning is)
+    and the tuning grid."""
+    return {"comparison": comparison_grid(scale, recorded_choice(scale)), "tuning": tuning_grid(scale)}
+
+
+def run(scale: str, store: str | None = None) -> tuple[dict, dict, dict]:
+    """Tune, then compare: (tuning runs, choices, comparison runs)."""
+    from fedlib.studies.grid import run_grid
+
+    tuning = run_grid(tuning_grid(scale), desc="tuning", store=store)
+    chosen = choose(tuning)
+    return tuning, chosen, run_grid(comparison_grid(scale, chosen), desc="comparison", store=store)
+
+
+def reference_run(scale: str) -> Config:
+    return config("fedgpa", "dominant", scale, 0.03, 0.5)
+
+
+def protocol(scale: str) -> tuple[list[dict], str]:
+    from fedlib.studies.report import protocol_rows
+
+    return protocol_rows({LABELS[m]: config(m, "dominant", scale, 0.03, knob_values(m, scale)[0]) for m in METHODS},
+                         {"personalized": "personal_local", "global": "global_global"})
+
+
+# ---------------------------------------------------------------------- the tables
+def tuning_rows(tuning: dict, chosen: dict) -> list[dict]:
+    """One row per (partition, method): the held-out score (%) at each rate, for each value of the method's knob,
+    and the choice."""
+    rows = []
+    for kind in PARTITIONS:
+        for m in METHODS:
+            points = {(lr, v): recs for (k, m_, lr, v), recs in tuning.items() if (k, m_) == (kind, m)}
+            if not points:
+                continue
+            knob = SENSITIVE.get(m, ("-", ()))[0]
+            row = {"partition": kind, "method": LABELS[m], "knob": knob}
+            for lr in dict.fromkeys(lr for lr, _ in points):
+                scores = {v: per_seed(recs).get(0) for (lr_, v), recs in points.items() if lr_ == lr}
+                row[f"lr {lr:g}"] = "; ".join(("" if v is None else f"{v:g}: ")
+                                              + ("-" if score is None else f"{score:.2f}")
+                                              for v, score in scores.items())
+            lr, v = chosen.get((kind, m), (None, None))
+            row["chosen"] = "-" if lr is None else f"lr {lr:g}" + (f", {knob} {v:g}" if v is not None else "")
+            rows.append(row)
+    return rows
+
+
+def side_by_side(runs: dict, kind: str) -> list[dict]:
+    """Partition ``kind``'s table, best mean first: per method mean ± std over seeds, the paired difference to the
+    best method (mean and 95% t-interval over seeds), and a rank with ties: 1 + the number of methods that beat it
+    with a paired interval above 0 (methods no other one beats clearly share rank 1; one seed decides no rank);
+    the global model on the balanced test beside, for methods that have one."""
+    from fedlib.studies.report import verdict_of
+
+    scores = {m: per_seed(runs[(kind, m)]) for m in METHODS if runs.get((kind, m))}
+    if not scores:
+        return []
+    means = {m: float(np.mean(list(s.values()))) for m, s in scores.items()}
+    best = max(means, key=means.__getitem__)
+
+    def paired(a: str, b: str):   # a - b per seed
+        return verdict_of({seed: v - scores[b][seed] for seed, v in scores[a].items() if seed in scores[b]})
+
+    rows = []
+    for m in scores:
+        to_best = paired(m, best) if m != best else None
+        glob = per_seed(runs[(kind, m)], "global_acc")
+        rows.append({
+            "method": LABELS[m], "personalized (%)": f"{means[m]:.2f} ± {np.std(list(scores[m].values())):.2f}",
+            "difference to the best": "-" if to_best is None else f"{to_best.mean:+.2f}",
+            "95% CI": "-" if to_best is None or to_best.interval is None else
+            f"[{to_best.interval[0]:+.2f}, {to_best.interval[1]:+.2f}]",
+            "rank": 1 + sum(1 for other in scores if other != m and paired(other, m).outcome == "holds"),
+            "global model, balanced test (%)": f"{np.mean(list(glob.values())):.2f}" if glob else "-",
+        })
+    order = sorted(range(len(rows)), key=lambda i: (rows[i]["rank"], -means[list(scores)[i]]))
+    return [rows[i] for i in order]
+
+
+def plot(runs: dict):
+    """Personalized accuracy per method and partition, mean and per-seed points."""
+    import matplotlib.pyplot as plt
+
+    from fedlib.plots import floor_line
+
+    fig, axes = plt.subplots(1, len(PARTITIONS), figsize=(15, 4), sharey=False)
+    for ax, kind in zip(axes, PARTITIONS):
+        methods = [m for m in METHODS if runs.get((kind, m))]
+        for i, m in enumerate(methods):
+            values = list(per_seed(runs[(kind, m)]).values())
+            ax.bar(i, np.mean(values), color="tab:red" if m in PAPERS else "tab:gray", alpha=0.7)
+            ax.scatter([i] * len(values), values, s=8, color="black", zorder=3)
+        ax.set_xticks(range(len(methods)), [LABELS[m] for m in methods], rotation=70, fontsize=7)
+        ax.set_title(PARTITION_LABELS[kind], fontsize=8)
+        ax.set_ylabel("personalized accuracy (%)")
+        from fedlib.studies.report import majority_floor
+
+        floor_line(ax, majority_floor([r for m in methods for r in runs[(kind, m)]]))
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    return fig
+
+
+def verdicts(runs: dict, scale: str) -> list[Claim]:
+    """The book's own hypotheses (not claims of a paper: the five papers never compare with each other), one per
+    partition: the best of the five methods beats the best baseline (margin per seed, points)."""
+    claims = []
+    for kind in PARTITIONS:
+        scores = {m: per_seed(runs[(kind, m)]) for m in METHODS if runs.get((kind, m))}
+        papers = [m for m in PAPERS if m in scores]
+        baselines = [m for m in scores if m not in PAPERS]
+        if not papers or not baselines:
+            continue
+        seeds = set.intersection(*(set(s) for s in scores.values()))
+        margins = {seed: max(scores[m][seed] for m in papers) - max(scores[m][seed] for m in baselines)
+                   for seed in sorted(seeds)}
+        top = max(papers, key=lambda m: np.mean(list(scores[m].values())))
+        base = max(baselines, key=lambda m: np.mean(list(scores[m].values())))
+        mean = float(np.mean(list(margins.values()))) if margins else float("nan")
+        claims.append(Claim(f"{PARTITION_LABELS[kind]}: the best of the five papers' methods beats the best baseline",
+                            "none of the five papers compares with the others",
+                            f"{LABELS[top]} {np.mean(list(scores[top].values())):.2f} vs {LABELS[base]} "
+                            f"{np.mean(list(scores[base].values())):.2f}", mean > 0, margins=margins,
+                            hypothesis=True))
+    return claims
+
+
+def headline_rows(runs: dict, scale: str) -> list[dict]:
+    return [dict(partition=kind, **row) for kind in PARTITIONS for row in side_by_side(runs, kind)]
+
+
+register_chapter(__name__, "Five methods side by side")

@@ -1,0 +1,70 @@
+"""Five methods side by side (issue 43): equal tuning, one protocol, ranks with ties, against hand-made records."""
+import numpy as np
+import pytest
+from scipy import stats
+
+from fedlib.studies import compare
+
+
+def record(seed: int, acc: float, glob: float | None = None) -> dict:
+    final = {"personal_local_acc": acc / 100}
+    if glob is not None:
+        final["global_acc"] = glob / 100
+    return {"seed": seed, "final": final}
+
+
+def test_tuning_chooses_the_best_heldout_score_the_smaller_rate_on_a_tie_and_nothing_without_runs():
+    tuning = {("dirichlet", "fedprox", 0.01, 0.1): [record(0, 70.0)], ("dirichlet", "fedprox", 0.03, 0.1): [record(0, 80.0)],
+              ("dirichlet", "fedprox", 0.1, 0.1): [record(0, 80.0)],           # a tie: the smaller rate wins
+              ("dirichlet", "local", 0.01, None): [record(0, float("nan"))],  # diverged
+              ("dirichlet", "local", 0.03, None): [record(0, 60.0)],
+              ("long_tail", "local", 0.01, None): []}                          # not run yet: no choice
+    assert compare.choose(tuning) == {("dirichlet", "fedprox"): (0.03, 0.1), ("dirichlet", "local"): (0.03, None)}
+
+
+def test_every_method_runs_the_same_protocol_and_partition_per_seed_at_its_chosen_rate():
+    chosen = {(kind, m): (0.03, compare.knob_values(m, "reference")[-1]) for kind in compare.PARTITIONS
+              for m in compare.METHODS}
+    grid = compare.comparison_grid("reference", chosen)
+    assert len(grid) == 3 * 13 and all(len(c) == 3 for c in grid.values())
+    for kind in compare.PARTITIONS:
+        cfgs = [grid[(kind, m)][1] for m in compare.METHODS]
+        assert {str(c.partition) for c in cfgs} == {str(cfgs[0].partition)} and {c.seed for c in cfgs} == {1}
+        assert {(c.rounds, c.local_epochs, c.batch_size, c.num_clients, c.dataset) for c in cfgs} == \
+            {(20, 2, 50, 20, "fmnist")}
+        assert all(c.lr == 0.03 for c in cfgs)
+    assert grid[("dominant", "fedprox")][0].hyper["mu"] == 0.1 and grid[("dominant", "fedpcl")][0].backbones
+    assert grid[("dominant", "fedgpa")][0].partition["n"] == 600   # FedGPA's Setting 1 at reference scale
+    tuning = compare.tuning_grid("reference")
+    assert len(tuning) == 3 * (4 * 3 + 9 * 6)   # 4 methods without a knob, 9 with two values; 3 rates
+    assert all(c.dataset == "fmnist-heldout" and c.seed == 0 for cfgs in tuning.values() for c in cfgs)
+    assert compare.tables("reference")["comparison"] == {}   # nothing recorded: the comparison waits for tuning
+
+
+def test_the_side_by_side_table_pairs_by_seed_and_ranks_with_ties():
+    """A beats C on every seed by 5 +- 0.5 (C: rank 2); B is A minus 1 +- 3 (its interval contains 0: tied)."""
+    a, b, c = [80.0, 82.0, 84.0], [80.0, 78.0, 85.0], [75.0, 77.5, 78.5]
+    runs = {("dirichlet", "fedgpa"): [record(s, v) for s, v in enumerate(a)],
+            ("dirichlet", "fedavg"): [record(s, v, 50.0) for s, v in enumerate(b)],
+            ("dirichlet", "local"): [record(s, v) for s, v in enumerate(c)]}
+    rows = {r["method"]: r for r in compare.side_by_side(runs, "dirichlet")}
+    assert [r["method"] for r in compare.side_by_side(runs, "dirichlet")] == ["FedGPA", "FedAvg", "Local"]
+    diff = np.subtract(c, a)
+    half = stats.t.ppf(0.975, 2) * diff.std(ddof=1) / np.sqrt(3)
+    assert rows["Local"]["difference to the best"] == f"{diff.mean():+.2f}"
+    assert rows["Local"]["95% CI"] == f"[{diff.mean() - half:+.2f}, {diff.mean() + half:+.2f}]"
+    assert (rows["FedGPA"]["rank"], rows["FedAvg"]["rank"], rows["Local"]["rank"]) == (1, 1, 2)
+    assert rows["FedGPA"]["personalized (%)"] == f"82.00 ± {np.std(a):.2f}"
+    assert rows["FedAvg"]["global model, balanced test (%)"] == "50.00" and rows["Local"][
+        "global model, balanced test (%)"] == "-"
+
+
+@pytest.mark.parametrize("papers_ahead", [True, False])
+def test_the_books_hypotheses_compare_the_best_paper_method_with_the_best_baseline(papers_ahead):
+    shift = 3.0 if papers_ahead else -3.0
+    runs = {(kind, m): [record(s, 70.0 + s + (shift if m in compare.PAPERS else 0.0) + (0.1 * i))
+                        for s in range(3)]
+            for kind in compare.PARTITIONS for i, m in enumerate(compare.METHODS)}
+    claims = compare.verdicts(runs, "reference")
+    assert len(claims) == 3 and all(c.hypothesis for c in claims)
+    assert {c.verdict.outcome for c in claims} == {"holds" if papers_ahead else "does not hold"}
