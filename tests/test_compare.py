@@ -14,7 +14,8 @@ def record(seed: int, acc: float, glob: float | None = None) -> dict:
 
 
 def test_tuning_chooses_the_best_heldout_score_the_smaller_rate_on_a_tie_and_nothing_without_runs():
-    tuning = {("dirichlet", "fedprox", 0.01, 0.1): [record(0, 70.0)], ("dirichlet", "fedprox", 0.03, 0.1): [record(0, 80.0)],
+    tuning = {("dirichlet", "fedprox", 0.01, 0.1): [record(0, 70.0)],
+              ("dirichlet", "fedprox", 0.03, 0.1): [record(0, 80.0)],
               ("dirichlet", "fedprox", 0.1, 0.1): [record(0, 80.0)],           # a tie: the smaller rate wins
               ("dirichlet", "local", 0.01, None): [record(0, float("nan"))],  # diverged
               ("dirichlet", "local", 0.03, None): [record(0, 60.0)],
@@ -68,3 +69,28 @@ def test_the_books_hypotheses_compare_the_best_paper_method_with_the_best_baseli
     claims = compare.verdicts(runs, "reference")
     assert len(claims) == 3 and all(c.hypothesis for c in claims)
     assert {c.verdict.outcome for c in claims} == {"holds" if papers_ahead else "does not hold"}
+
+
+def test_recorded_tuning_chooses_the_comparison_and_the_convergence_runs(tmp_path, monkeypatch):
+    """Made-up committed tuning records (the higher rate wins for every method, the first knob value) under a
+    results folder: the comparison of each (partition, method) then trains at that choice over three seeds, and the
+    convergence check runs FedGPA and FedAvg at 3x the rounds at theirs; a missing tuning record leaves its cell
+    out until it is recorded."""
+    from fedlib import results
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    tuning = compare.tuning_grid("reference")
+    for (_, m, lr, v), (cfg,) in tuning.items():
+        first = v == compare.knob_values(m, "reference")[0]
+        row = {"round": cfg.rounds, "personal_local_acc": 0.5 + lr + (0.01 if first else 0.0)}
+        results.write({"config": cfg.flat(), "key": cfg.key(), "seed": 0, "scale": "reference", "history": [row],
+                       "final": row}, "compare", tmp_path)
+    tables = compare.tables("reference")
+    assert list(tables) == ["comparison", "convergence", "tuning"] and len(tables["comparison"]) == 39
+    fedprox = tables["comparison"][("long_tail", "fedprox")]
+    assert [c.seed for c in fedprox] == [0, 1, 2] and {(c.lr, c.hyper["mu"]) for c in fedprox} == {(0.1, 0.01)}
+    assert {label: (c.rounds, c.seed, c.lr) for label, (c,) in tables["convergence"].items()} == \
+        {"fedgpa": (60, 0, 0.1), "fedavg": (60, 0, 0.1)}
+    (cfg,) = tuning[("dirichlet", "ditto", 0.1, 1.0)]
+    (tmp_path / "compare" / f"{cfg.key()}.json").unlink()
+    assert ("dirichlet", "ditto") not in compare.tables("reference")["comparison"]

@@ -174,10 +174,21 @@ def recorded_choice(scale: str) -> dict:
     return choose({key: recs for runs in complete.values() for key, recs in runs.items()})
 
 
+CONVERGENCE = ("fedgpa", "fedavg")   # run 3x longer at reference scale (dominant classes, their chosen rates)
+
+
 def tables(scale: str) -> dict:
-    """The comparison (every cell whose tuning is recorded: run ``records compare`` again once the tuning is)
-    and the tuning grid."""
-    return {"comparison": comparison_grid(scale, recorded_choice(scale)), "tuning": tuning_grid(scale)}
+    """The comparison (every cell whose tuning is recorded: run ``records compare`` again once the tuning is), at
+    reference scale the convergence check (``CONVERGENCE`` at 3x the rounds on the dominant-class partition, seed 0,
+    at their chosen rates), and the tuning grid."""
+    from fedlib.studies.grid import convergence_grid
+
+    chosen = recorded_choice(scale)
+    out = {"comparison": comparison_grid(scale, chosen)}
+    if scale == "reference":
+        out["convergence"] = convergence_grid({m: out["comparison"][("dominant", m)] for m in CONVERGENCE
+                                               if ("dominant", m) in out["comparison"]})
+    return {**out, "tuning": tuning_grid(scale)}
 
 
 def run(scale: str, store: str | None = None) -> tuple[dict, dict, dict]:
