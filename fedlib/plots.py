@@ -59,8 +59,10 @@ def weight_heatmap(weights: np.ndarray, ax=None, title: str = "", vmax: float | 
     return ax
 
 
-def learning_curves(records_by_label: dict[str, list[dict]], metric: str = "personal_local_acc", ax=None, title=""):
-    """Mean over seeds of ``metric`` per evaluated round, with a ±1 std band."""
+def learning_curves(records_by_label: dict[str, list[dict]], metric: str = "personal_local_acc", ax=None, title="",
+                    floor: float | None = None):
+    """Mean over seeds of ``metric`` per evaluated round, with a ±1 std band; chance, and ``floor`` (the majority
+    floor of a metric read on the clients' local test sets) where given."""
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -76,6 +78,7 @@ def learning_curves(records_by_label: dict[str, list[dict]], metric: str = "pers
     ax.set_xlabel("round")
     ax.set_ylabel(METRIC_LABELS.get(metric, metric) + " (%)")
     chance_line(ax)
+    floor_line(ax, floor)
     ax.set_title(title)
     ax.legend(fontsize=8, ncol=2)
     ax.grid(alpha=0.3)

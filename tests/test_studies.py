@@ -518,3 +518,24 @@ def test_every_chapter_config_keeps_its_cache_key():
         keys = sorted(c.key() for c in recording_order(chapters()[name].tables(scale)))
         digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()
         assert expected == {"runs": len(keys), "sha256": digest}, entry
+
+
+def test_accuracy_plots_on_local_tests_draw_the_majority_floor():
+    """Learning curves and sweeps read on the clients' local test sets draw the floor they are judged against:
+    one dashed line per partition, or a dashed curve where the partition changes along x (the s sweep)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from fedlib.plots import learning_curves
+
+    record = {"history": [{"round": 1, "personal_local_acc": 0.5}, {"round": 2, "personal_local_acc": 0.6}]}
+    ax = learning_curves({"A": [record]}, floor=40.0)
+    assert any(line.get_label() == "majority floor (40%)" and list(line.get_ydata()) == [40.0, 40.0]
+               for line in ax.get_lines())
+    curves = {"s = 20": {0.0: (0.8, 0.01, 3), 1.0: (0.82, 0.01, 3)}, "s = 80": {0.0: (0.7, 0.01, 3)}}
+    fig = fedgpa.plot_sweep(curves, "mu", "t", floors={"s = 20": 45.0, "s = 80": 20.0})
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert "majority floor, s = 20 (45%)" in labels and "majority floor, s = 80 (20%)" in labels
+    fig = fedgpa.plot_sweep({"FedAvg": {0: (0.5, 0.0, 1), 80: (0.7, 0.0, 1)}}, "s", "t", floors={0: 60.0, 80: 25.0})
+    floor = next(line for line in fig.axes[0].get_lines() if line.get_label() == "majority floor")
+    assert list(floor.get_xdata()) == [0, 80] and list(floor.get_ydata()) == [60.0, 25.0]

@@ -286,6 +286,7 @@ def plot(runs: dict):
 
         floor_line(ax, majority_floor([r for m in methods for r in runs[(kind, m)]]))
         ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     return fig
 

@@ -376,7 +376,8 @@ def plot_learning_curves(runs: dict, setting: int, s_values, methods, scale: str
     fig, axes = plt.subplots(1, len(s_values), figsize=(6 * len(s_values), 4), sharey=True)
     for ax, s in zip(np.atleast_1d(axes), s_values):
         learning_curves({LABELS[m]: runs[(m, setting, s)] for m in methods}, ax=ax,
-                        title=f"Setting {setting}, s = {s}, scale {scale}")
+                        title=f"Setting {setting}, s = {s}, scale {scale}",
+                        floor=majority_floor([r for m in methods for r in runs[(m, setting, s)]]))
     fig.tight_layout()
     return fig
 
@@ -432,8 +433,10 @@ def s_sweep(methods, scale: str, s_grid=(0, 20, 50, 80)) -> tuple[dict, dict]:
     return {m: {s: mean_std(runs[(m, s)]) for s in s_grid} for m in methods}, runs
 
 
-def plot_sweep(curves: dict, xlabel: str, title: str, labels: dict | None = None):
-    """{curve label: {x: (mean, std, n)}} as lines with ±1 std error bars (accuracy in %)."""
+def plot_sweep(curves: dict, xlabel: str, title: str, labels: dict | None = None, floors: dict | None = None):
+    """{curve label: {x: (mean, std, n)}} as lines with ±1 std error bars (accuracy in %), with the majority floor
+    of the clients' local test sets: ``floors`` {curve label: floor} (one partition per curve: a dashed line each)
+    or {x: floor} (the partition changes along x: a dashed curve)."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
@@ -444,6 +447,13 @@ def plot_sweep(curves: dict, xlabel: str, title: str, labels: dict | None = None
     ax.set_xlabel(xlabel)
     ax.set_ylabel("personalized accuracy (%)")
     chance_line(ax)
+    floors = {k: v for k, v in (floors or {}).items() if v is not None}
+    if floors and set(floors) <= set(curves):
+        for key, floor in floors.items():
+            ax.axhline(floor, color="0.4", ls="--", lw=1, label=f"majority floor, {(labels or {}).get(key, key)} "
+                                                               f"({floor:.0f}%)")
+    elif floors:
+        ax.plot(list(floors), list(floors.values()), color="0.4", ls="--", lw=1, label="majority floor")
     ax.set_title(title)
     ax.legend()
     ax.grid(alpha=0.3)

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from fedlib.experiment import Config, make_config
-from fedlib.plots import chance_line
+from fedlib.plots import chance_line, floor_line
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     RUNTIME,
     Claim,
@@ -28,7 +28,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
 )
 from fedlib.studies.grid import Scales, convergence_grid
 from fedlib.studies.registry import register_chapter
-from fedlib.studies.report import balanced, local
+from fedlib.studies.report import balanced, local, majority_floor
 
 # Table II: global-model methods (their "Local" is the global model fine-tuned on each client, the paper's
 # FedAvg row has Local = FedAvg-FT's I_local) and the methods with personalised models
@@ -404,6 +404,7 @@ def plot_tradeoff(table: dict, scale: str):
     ax.set_ylabel("Local: I_local (%)")
     chance_line(ax)
     chance_line(ax, axis="x")
+    floor_line(ax, majority_floor([r for m in TABLE2 for r in table[ds][m]]))   # I_local reads local tests
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.set_title(f"{ds.upper()}, scale {scale}: up and to the right is better")
