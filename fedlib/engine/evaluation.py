@@ -177,7 +177,10 @@ def describe(method, plan: EvaluationPlan, family: str, lr: float, local_epochs:
         text = "the global model" if model == "global" else "the global model (no personal model)"
     else:
         text = "the average of the clients' models" if plan.average_global else "none (no global model)"
-    if phase is None:
+    own = method.describes_adaptation() if source == "personal" else None
+    if own:
+        before = own
+    elif phase is None:
         before = "none"
     else:
         rate = phase.lr if phase.lr is not None else lr

@@ -190,6 +190,11 @@ class Method:
         """The rule ``predict`` applies (variant None), in words."""
         return "the largest logit"
 
+    def describes_adaptation(self) -> str | None:
+        """What ``eval_params`` itself trains before evaluation (FedETF's local adaptation), in words; None: nothing
+        (``finetune_phase`` is the engine's way to adapt, described from the phase)."""
+        return None
+
     # ------------------------------------------------------------------ helpers for subclasses
     def embed(self, z: torch.Tensor) -> torch.Tensor:
         """The space the method's prototypes live in (FedPCL: the unit sphere); default: z itself."""

@@ -147,8 +147,18 @@ class FedETF(Method):
         return etf_logits(out.z, etf, scale).argmax(1)
 
     def describes_eval_params(self):
-        return ("the global model, fine-tuned by each client (its ETF and scale)" if self.hp.finetune_rounds
-                else None)
+        return "the global model, adapted by each client (its ETF classifier and projector)" \
+            if self.hp.finetune_rounds else None
+
+    def describes_adaptation(self):
+        hp = self.hp
+        if not hp.finetune_rounds:
+            return None
+        return (f"{hp.finetune_rounds * (hp.classifier_epochs + hp.projector_epochs)} epochs on its own data: "
+                f"{hp.finetune_rounds} alternation{'s' if hp.finetune_rounds != 1 else ''} of {hp.classifier_epochs} "
+                f"on the ETF classifier (lr "
+                f"{hp.classifier_lr:g}) and {hp.projector_epochs} on the projector (lr {hp.projector_lr:g}), "
+                "the official code's evaluation")
 
     def describes_prediction(self):
         return "the closest class vector of the ETF classifier (the client's own after fine-tuning)"
