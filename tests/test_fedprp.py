@@ -295,3 +295,24 @@ def test_the_beta_reading_follows_eq_8_and_the_records():
     lines = fedprp.beta_reading(runs(50, [48.0, 35.0, 25.0]), "ci")
     assert "does not explain it" in lines[-1]
     assert len(fedprp.beta_reading(runs(5, [25.0, 35.0, 48.0]), "ci")) == 3   # A_glo rises: nothing to explain
+
+
+def test_a_papers_participation_is_registered_where_the_paper_is_and_resolved_from_the_config():
+    """No paper branch in the experiment layer: FedPRP's module registers its late-joining clients, a config
+    selects them with late_clients > 0 (keys unchanged: the same flat fields) and the registry refuses bad values
+    in one line."""
+    from fedlib.engine.protocol import PARTICIPATIONS, UniformParticipation
+    from fedlib.errors import ConfigError
+    from fedlib.experiment import make_config, validate
+    from fedlib.methods.fedprp import LateClients
+
+    assert {"uniform", "late_clients"} <= set(PARTICIPATIONS)
+    plain = make_config(method="fedavg", dataset="digits", num_clients=10, rounds=5, fraction=0.5)
+    assert plain.participation.schedule() == UniformParticipation(0.5)
+    late = make_config(method="fedavg", dataset="digits", num_clients=10, rounds=5, late_clients=3, late_round=4)
+    assert late.participation.spec().name == "late_clients"
+    assert late.participation.schedule() == LateClients(3, 4, 1.0)
+    assert late.participation.schedule().clients(10, 0, 4) == [7, 8, 9]
+    with pytest.raises(ConfigError, match="late_round"):
+        validate(make_config(method="fedavg", dataset="digits", num_clients=10, rounds=5, late_clients=3,
+                             late_round=9))

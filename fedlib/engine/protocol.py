@@ -1,10 +1,12 @@
 """A paper's protocol as objects the engine runs: how clients train locally (``LocalTraining``), who trains
 in each round (a ``Participation``), how and when the federation is evaluated (an ``EvaluationPlan``).
 
-The engine knows the general forms; a paper whose protocol differs brings its own object from its own module
-(FedPRP's late-joining clients: ``fedlib.methods.fedprp.LateClients``), so the engine does not change."""
+The engine knows the general forms; a paper whose protocol differs brings its own object from its own module and
+registers it (FedPRP's late-joining clients: ``register_participation("late_clients", ...)`` in
+``fedlib.methods.fedprp``), so neither the engine nor the experiment layer changes."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +48,42 @@ class UniformParticipation(Participation):
         k = max(1, int(round(self.fraction * num_clients)))
         rng = np.random.default_rng(derived_seed(seed, round_, 7919))
         return sorted(rng.choice(num_clients, size=k, replace=False).tolist())
+
+
+@dataclass(frozen=True)
+class ParticipationSpec:
+    """A registered participation: ``build(fields)`` makes it from a config's participation fields (``fraction``
+    and the ones it reads); it applies where its ``selected_by`` field is set (the default, "uniform", where no
+    other's is); ``check(fields, num_clients, rounds)`` raises a ConfigError on values it cannot run."""
+    name: str
+    build: Callable[[dict], Participation]
+    selected_by: str | None = None
+    check: Callable[[dict, int, int], None] | None = None
+    doc: str = ""
+
+
+PARTICIPATIONS: dict[str, ParticipationSpec] = {}
+
+
+def register_participation(spec: ParticipationSpec) -> ParticipationSpec:
+    PARTICIPATIONS[spec.name] = spec
+    return spec
+
+
+def participation_spec(fields: dict) -> ParticipationSpec:
+    """The registered participation a config's participation ``fields`` name: the one whose selecting field is
+    set, else "uniform"."""
+    chosen = [s for s in PARTICIPATIONS.values() if s.selected_by is not None and fields.get(s.selected_by)]
+    if len(chosen) > 1:
+        from fedlib.errors import ConfigError
+
+        raise ConfigError("participation", {s.selected_by: fields[s.selected_by] for s in chosen},
+                          "at most one participation of its own per run")
+    return chosen[0] if chosen else PARTICIPATIONS["uniform"]
+
+
+register_participation(ParticipationSpec("uniform", lambda f: UniformParticipation(f["fraction"]),
+                                         doc="every client, or a fraction drawn uniformly each round"))
 
 
 @dataclass(frozen=True)

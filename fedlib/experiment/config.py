@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedlib.engine.protocol import EvaluationPlan, LocalTraining, Participation, UniformParticipation
+from fedlib.engine.protocol import EvaluationPlan, LocalTraining, Participation, ParticipationSpec, participation_spec
 from fedlib.errors import check, check_fields, check_type
 
 DEFAULT_CACHE = Path(os.environ.get("FEDLIB_CACHE", Path(__file__).resolve().parents[2] / ".fedlib-cache"))
@@ -35,17 +35,19 @@ RECORDED_SCALES = ("reference", "paper")   # scales whose records are committed 
 
 @dataclass
 class ParticipationConfig:
-    """Who trains each round."""
+    """Who trains each round: the fields of the registered participations (``engine.protocol.PARTICIPATIONS``),
+    resolved by ``spec()`` into the one that applies."""
     fraction: float = 1.0          # clients sampled per round
-    late_clients: int = 0          # the last late_clients clients join at round late_round (FedPRP Table VII)
+    late_clients: int = 0          # "late_clients": the last late_clients clients join at round late_round (FedPRP)
     late_round: int = 0
 
-    def schedule(self) -> Participation:
-        if self.late_clients:   # FedPRP Table VII: its own participation, from its own module
-            from fedlib.methods.fedprp import LateClients
+    def spec(self) -> ParticipationSpec:
+        import fedlib.methods  # noqa: F401  (the methods' modules register their papers' participations)
 
-            return LateClients(self.late_clients, self.late_round, self.fraction)
-        return UniformParticipation(self.fraction)
+        return participation_spec(vars(self))
+
+    def schedule(self) -> Participation:
+        return self.spec().build(vars(self))
 
 
 @dataclass
@@ -306,10 +308,8 @@ def validate(cfg: Config) -> None:
     check(ev.clients in ("all", "participants"), "eval_clients", ev.clients, "'all' or 'participants'")
     check(isinstance(ev.finetune_epochs, (int, np.integer)) and ev.finetune_epochs >= 0,
           "eval_finetune_epochs", ev.finetune_epochs, "a non-negative number of epochs")
-    check(isinstance(part.late_clients, (int, np.integer)) and 0 <= part.late_clients < cfg.num_clients, "late_clients",
-          part.late_clients, f"a number of clients in [0, num_clients={cfg.num_clients})")
-    if part.late_clients:
-        check(isinstance(part.late_round, (int, np.integer)) and 0 < part.late_round < cfg.rounds, "late_round",
-              part.late_round, f"a round in (0, rounds={cfg.rounds}) at which the late clients join")
+    spec = part.spec()
+    if spec.check is not None:
+        spec.check(vars(part), cfg.num_clients, cfg.rounds)
     resolve_metric_sets(ev.metric_sets())
     make_method(cfg.method, **cfg.hyper)  # validates the hyperparameters

@@ -62,8 +62,8 @@ from fedlib.aggregate import select, weighted_average
 from fedlib.engine.core import Phase
 from fedlib.engine.core import cross_entropy_loss as ce_loss
 from fedlib.engine.evaluation import Evaluation, prefixed, register_metric_set, register_test_set
-from fedlib.engine.protocol import Participation, UniformParticipation
-from fedlib.errors import ConfigError
+from fedlib.engine.protocol import Participation, ParticipationSpec, UniformParticipation, register_participation
+from fedlib.errors import ConfigError, check
 from fedlib.losses import NEG, cross_entropy, sample_weight
 from fedlib.methods.base import GlobalPrototypes, Hyper, positive, unit_interval
 from fedlib.methods.registry import register
@@ -276,6 +276,20 @@ class LateClients(Participation):
         if round_ >= self.at_round:
             return list(range(num_clients - self.late, num_clients))
         return UniformParticipation(self.fraction).clients(num_clients - self.late, seed, round_)
+
+
+def _check_late_clients(fields: dict, num_clients: int, rounds: int) -> None:
+    late, at = fields["late_clients"], fields["late_round"]
+    check(isinstance(late, (int, np.integer)) and 0 <= late < num_clients, "late_clients", late,
+          f"a number of clients in [0, num_clients={num_clients})")
+    check(isinstance(at, (int, np.integer)) and 0 < at < rounds, "late_round", at,
+          f"a round in (0, rounds={rounds}) at which the late clients join")
+
+
+# a config selects it with late_clients > 0 (the fields keep their flat names, so records keep their keys)
+register_participation(ParticipationSpec(
+    "late_clients", lambda f: LateClients(f["late_clients"], f["late_round"], f["fraction"]), "late_clients",
+    _check_late_clients, "FedPRP Table VII: the last late_clients clients join at round late_round"))
 
 
 # ---------------------------------------------------------------------- metric sets of this paper
