@@ -194,7 +194,7 @@ def merge_parameters(executed: Path) -> bool:
     return True
 
 
-STATUS_MARK = "Where this chapter stands"   # report.status_html's box, shown by the notebook's set-up cell
+STATUS_MARK = "Where this chapter stands"   # registry.Chapter.status_html's box, shown by the notebook's set-up cell
 
 
 def status_first(executed: Path) -> bool:

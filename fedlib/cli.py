@@ -313,15 +313,16 @@ def cmd_tune(args) -> int:
 
     from fedlib.errors import check
     from fedlib.studies import tuning
+    from fedlib.studies.registry import study, tunable
 
-    known = tuning.chapters()
+    known = tunable()
     for chapter in args.chapters:
         check(chapter in known, "chapter", chapter, f"a chapter with a TUNING reference run: {', '.join(known)}")
     grid = tuning.GRID if args.lrs is None else tuple(args.lrs)
     for lr in grid:
         check(math.isfinite(lr) and 1e-6 <= lr <= 10, "--lrs", lr, "learning rates in [1e-6, 10]")
     for chapter in args.chapters:
-        print(f"{chapter}: {tuning.summary(tuning.tune(chapter, grid))}")
+        print(f"{chapter}: {tuning.summary(tuning.tune(study(chapter), grid))}")
     return 0
 
 

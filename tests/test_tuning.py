@@ -5,6 +5,7 @@ import torch
 from fedlib.data import load_dataset
 from fedlib.errors import TrainingDiverged
 from fedlib.studies import tuning
+from fedlib.studies.registry import study
 
 
 def test_the_held_out_split_is_training_images_only_and_disjoint():
@@ -30,7 +31,7 @@ def test_the_best_score_wins_ties_go_to_the_smaller_rate_and_divergence_scores_n
         return {"final": {"acc_global": scores[cfg.lr]}}
 
     monkeypatch.setattr("fedlib.experiment.runner.run", fake_run)
-    answer = tuning.tune("pfedcspc", root=tmp_path, progress=False)
+    answer = tuning.tune(study("pfedcspc"), root=tmp_path, progress=False)
     assert answer["chosen"] == 0.03
     assert answer["scores"] == {"0.01": 0.30, "0.03": 0.50, "0.05": 0.50, "0.1": None}
     assert {d for d, _ in seen} == {"fmnist-heldout"} and [lr for _, lr in seen] == list(tuning.GRID)
@@ -68,5 +69,5 @@ def test_tune_writes_nothing_when_no_rate_trains_above_twice_chance(tmp_path, mo
 
     monkeypatch.setattr("fedlib.experiment.runner.run", lambda cfg, progress=True: {"final": {"a_loc": 0.11}})
     with pytest.raises(ConfigError, match=r"above twice chance \(the best, 0.01, reached 11.0%: nothing is written"):
-        tuning.tune("fedprp", grid=(0.01, 0.02), root=tmp_path, progress=False)
+        tuning.tune(study("fedprp"), grid=(0.01, 0.02), root=tmp_path, progress=False)
     assert not list(tmp_path.iterdir())

@@ -7,11 +7,9 @@ imports the chapter's study module, sets where its runs execute, prints what the
 from __future__ import annotations
 
 import inspect
-import time
 
 from fedlib.studies.grid import set_runtime
-
-_STARTED: dict[str, float] = {}
+from fedlib.studies.report import start_clock, wall_time_line  # noqa: F401  (notebooks import the clock from here)
 
 
 def show_source(*objects) -> None:
@@ -31,19 +29,12 @@ def open_chapter(name: str, scale: str, device: str = "cpu", executor: str = "se
     sc = study.scale_info(scale)
     set_runtime(device, executor)
     pd.set_option("display.width", 160)
-    _STARTED["chapter"] = time.time()
+    start_clock()
     from fedlib.studies.report import CURRENT
 
     CURRENT["chapter"] = name
     print(study.scale_summary(scale))
     from IPython.display import HTML, display
 
-    from fedlib.studies.report import status_html
-
-    display(HTML(status_html(name, scale)))
+    display(HTML(study.status_html(scale)))
     return study, sc, show_source
-
-
-def wall_time_line() -> str:
-    return f"chapter wall time {time.time() - _STARTED.get('chapter', time.time()):.0f} s " \
-           "(cached runs are read, not recomputed)"

@@ -85,15 +85,13 @@ def plot_convergence(longer: dict, R: int, metric: str, labels: dict, title: str
     return fig
 
 
-def show_convergence(chapter: str, metric: str, labels: dict, title: str, ylabel: str, test_set: str,
+def show_convergence(chapter: str, grid: dict, metric: str, labels: dict, title: str, ylabel: str, test_set: str,
                      local_test: bool = False) -> list[dict]:
     """A notebook's convergence section in one call: the table of ``convergence_rows`` from the chapter's committed
     records (its provenance and floor), one line per method from ``convergence_verdict`` and the curves; or a line
     saying the runs are not recorded yet. Returns the rows."""
-    from fedlib.studies.registry import study
     from fedlib.studies.report import show_table
 
-    grid = study(chapter).tables("reference")["convergence"]
     reference, longer = convergence_runs(chapter, grid)
     rows = convergence_rows(reference, longer, metric, labels)
     if not rows:

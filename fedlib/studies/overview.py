@@ -75,10 +75,10 @@ def status_table():
     import pandas as pd
 
     from fedlib.experiment import RECORDED_SCALES
-    from fedlib.studies.report import coverage, coverage_text
+    from fedlib.studies.report import coverage_text
 
-    return pd.DataFrame([{"chapter": title, **{f"{s} scale (committed records)": coverage_text(coverage(ch, s))
-                                               for s in RECORDED_SCALES}} for ch, title in titles().items()])
+    return pd.DataFrame([{"chapter": c.title, **{f"{s} scale (committed records)": coverage_text(c.coverage(s))
+                                                 for s in RECORDED_SCALES}} for c in chapters().values()])
 
 
 def headline_table(summary: dict):

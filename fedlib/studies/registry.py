@@ -58,7 +58,7 @@ class Chapter:
         """This page's training settings against the paper's protocol, with the reason for each difference."""
         from fedlib.studies.tuning import chapter_hyperparameters
 
-        return chapter_hyperparameters(self.name, scale)
+        return chapter_hyperparameters(self, scale)
 
     def headline_grid(self, scale: str) -> dict:
         """The headline table's grid at ``scale`` (the first of ``tables(scale)`` that is not the convergence
@@ -113,14 +113,67 @@ class Chapter:
         (this page's runs beside the verdicts each recorded scale's committed records decide) and the wall time."""
         from IPython.display import HTML, display
 
-        from fedlib.studies.chapter import wall_time_line
-        from fedlib.studies.report import best_evidence_html, recorded_evidence, save_summary
+        from fedlib.studies.report import best_evidence_html, save_summary, wall_time_line
 
         save_summary(self.name, scale, claims=claims, scale_note=scale_note)
-        recorded, notes = recorded_evidence(self.name, self.recorded_claims) if hasattr(self.study,
-                                                                                        "recorded_claims") else ({}, {})
+        recorded, notes = self.recorded_evidence() if hasattr(self.study, "recorded_claims") else ({}, {})
         display(HTML(best_evidence_html({scale: claims, **recorded}, {scale: scale_note, **notes})))
         print(wall_time_line())
+
+    def coverage(self, scale: str = "paper") -> dict:
+        """How much of the chapter's grid at ``scale`` (reference or paper) has committed records: runs current /
+        stale / missing of the total, their seeds, devices and training time."""
+        from fedlib import results
+        from fedlib.studies.grid import recording_order
+
+        grid = recording_order(self.study.tables(scale))
+        hits = results.lookup(self.name, grid)
+        current = [h.record for h in hits if h is not None and not h.stale]
+        return {"total": len(grid), "current": len(current),
+                "stale": sum(1 for h in hits if h is not None and h.stale),
+                "seeds": sorted({int(r["seed"]) for r in current}),
+                "devices": sorted({str(r.get("device", "?")).split(" (")[0] for r in current}),
+                "hours": sum(r.get("wall_time_s", 0.0) for r in current) / 3600}
+
+    def recorded_evidence(self) -> tuple[dict, dict[str, str]]:
+        """The claims each recorded scale decides from the committed records (the chapter's ``recorded_claims(scale)``:
+        (claims, what they were computed on), or None), each saved as that scale's summary for the Results overview;
+        where a scale decides nothing yet, why, from its coverage. Returns ({scale: claims}, {scale: note})."""
+        from fedlib.experiment import RECORDED_SCALES
+        from fedlib.studies.report import coverage_text, save_summary
+
+        by_scale, notes = {}, {}
+        for scale in RECORDED_SCALES:
+            found = self.study.recorded_claims(scale)
+            if found:
+                by_scale[scale], notes[scale] = found
+                save_summary(self.name, scale, claims=found[0], scale_note=found[1])
+            else:
+                notes[scale] = (f"no table that decides a claim has all its records yet "
+                                f"({coverage_text(self.coverage(scale))}): it decides no claim")
+        return by_scale, notes
+
+    def status_html(self, scale: str) -> str:
+        """The box at the top of the chapter: reference- and paper-scale coverage from the committed records, and
+        what the scale this page ran at can and cannot say."""
+        import html
+
+        from fedlib.experiment import RECORDED_SCALES
+        from fedlib.studies.report import SCALE_MEANING, coverage_text
+
+        parts = [f"{s.capitalize()} scale: {html.escape(coverage_text(self.coverage(s)))}"
+                 f" (<code>python -m fedlib records {self.name} --scale {s}</code> adds the rest)"
+                 for s in RECORDED_SCALES]
+        return (f"<div class='verdict'><p><strong>Where this chapter stands.</strong> {'. '.join(parts)}; records "
+                f"are committed under <code>results/{self.name}/</code>. This page runs at scale "
+                f"<strong>{html.escape(scale)}</strong>: {html.escape(SCALE_MEANING.get(scale, ''))}.</p></div>")
+
+    def show_convergence(self, metric: str, title: str, ylabel: str, test_set: str, local_test: bool = False):
+        """The convergence section in one call (``convergence.show_convergence`` on this chapter's 3x runs)."""
+        from fedlib.studies.convergence import show_convergence
+
+        return show_convergence(self.name, self.study.tables("reference")["convergence"], metric, self.study.LABELS,
+                                title, ylabel, test_set, local_test=local_test)
 
 
 CHAPTERS: dict[str, Chapter] = {}
@@ -151,3 +204,8 @@ def study(name: str) -> Chapter:
     known = chapters()
     check(name in known, "chapter", name, f"one of {', '.join(known)}")
     return known[name]
+
+
+def tunable() -> list[str]:
+    """The chapters whose study declares a ``TUNING`` reference run (``python -m fedlib tune``)."""
+    return [name for name, c in chapters().items() if hasattr(c.study, "TUNING")]

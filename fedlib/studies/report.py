@@ -621,23 +621,6 @@ SCALE_MEANING = {
 }
 
 
-def coverage(chapter: str, scale: str = "paper") -> dict:
-    """How much of a chapter's grid at ``scale`` (reference or paper) has committed records: runs current / stale /
-    missing of the total, their seeds, devices and training time."""
-
-    from fedlib import results
-    from fedlib.studies.grid import recording_order
-    from fedlib.studies.registry import study
-
-    grid = recording_order(study(chapter).tables(scale))
-    hits = results.lookup(chapter, grid)
-    current = [h.record for h in hits if h is not None and not h.stale]
-    return {"total": len(grid), "current": len(current), "stale": sum(1 for h in hits if h is not None and h.stale),
-            "seeds": sorted({int(r["seed"]) for r in current}),
-            "devices": sorted({str(r.get("device", "?")).split(" (")[0] for r in current}),
-            "hours": sum(r.get("wall_time_s", 0.0) for r in current) / 3600}
-
-
 def claim_runs(study, scale: str = "reference") -> list[dict]:
     """Each claim of a chapter (its ``CLAIM_TABLES``: claim, recorded table, what that table runs), the runs that
     decide it at ``scale`` (cells x seeds of ``tables(scale)[table]``), then what cannot be checked offline
@@ -653,25 +636,6 @@ def claim_runs(study, scale: str = "reference") -> list[dict]:
                    for claim, why in study.NOT_OFFLINE]
 
 
-def recorded_evidence(chapter: str, recorded_claims) -> tuple[dict[str, list[Claim]], dict[str, str]]:
-    """The claims each recorded scale decides from the chapter's committed records (``recorded_claims(scale)``, the
-    chapter's reader: (claims, what they were computed on), or None), each saved as that scale's summary for the
-    Results overview; where a scale decides nothing yet, why, from its coverage. Returns ({scale: claims},
-    {scale: note})."""
-    from fedlib.experiment import RECORDED_SCALES
-
-    by_scale, notes = {}, {}
-    for scale in RECORDED_SCALES:
-        found = recorded_claims(scale)
-        if found:
-            by_scale[scale], notes[scale] = found
-            save_summary(chapter, scale, claims=found[0], scale_note=found[1])
-        else:
-            notes[scale] = (f"no table that decides a claim has all its records yet "
-                            f"({coverage_text(coverage(chapter, scale))}): it decides no claim")
-    return by_scale, notes
-
-
 def coverage_text(cov: dict) -> str:
     if not cov["current"]:
         return f"0 of {cov['total']} runs recorded" + (f" ({cov['stale']} stale)" if cov["stale"] else "")
@@ -680,16 +644,21 @@ def coverage_text(cov: dict) -> str:
               f"{cov['hours']:.1f} h of training")
 
 
-def status_html(chapter: str, scale: str) -> str:
-    """The box at the top of a chapter: reference- and paper-scale coverage from the committed records, and what
-    the scale this page ran at can and cannot say."""
-    from fedlib.experiment import RECORDED_SCALES
+_STARTED: dict[str, float] = {}
 
-    parts = [f"{s.capitalize()} scale: {html.escape(coverage_text(coverage(chapter, s)))}"
-             f" (<code>python -m fedlib records {chapter} --scale {s}</code> adds the rest)" for s in RECORDED_SCALES]
-    return (f"<div class='verdict'><p><strong>Where this chapter stands.</strong> {'. '.join(parts)}; records are "
-            f"committed under <code>results/{chapter}/</code>. This page runs at scale "
-            f"<strong>{html.escape(scale)}</strong>: {html.escape(SCALE_MEANING.get(scale, ''))}.</p></div>")
+
+def start_clock() -> None:
+    """Start the chapter's clock (``open_chapter``)."""
+    import time
+
+    _STARTED["chapter"] = time.time()
+
+
+def wall_time_line() -> str:
+    import time
+
+    return f"chapter wall time {time.time() - _STARTED.get('chapter', time.time()):.0f} s " \
+           "(cached runs are read, not recomputed)"
 
 
 def ordered(values: list[float]) -> bool:

@@ -26,38 +26,27 @@ def _root() -> Path:
     return results.RESULTS / "tuning"   # beside the chapters' records (FEDLIB_RESULTS moves both)
 
 
-def chapters() -> list[str]:
-    """The chapters whose study declares a ``TUNING`` reference run."""
-    from fedlib.studies.registry import chapters as registered
-
-    return [name for name, c in registered().items() if hasattr(c.study, "TUNING")]
-
-
-def _study(chapter: str):
-    from fedlib.studies.registry import study
-
-    return study(chapter)
-
-
-def reference_config(chapter: str, lr: float):
-    """The chapter's reference run at book scale on the held-out split, at learning rate ``lr``."""
-    study = _study(chapter)
+def reference_config(study, lr: float):
+    """The reference run of ``study`` (a registered chapter, ``registry.study(name)``) at book scale on the
+    held-out split, at learning rate ``lr``."""
     spec = study.TUNING
     cfg = study.config(spec["method"], scale="book", **spec["args"])
     return dataclasses.replace(cfg, dataset=f"{cfg.dataset}-heldout", lr=lr), spec["metric"]
 
 
-def tune(chapter: str, grid=GRID, root: Path | None = None, progress: bool = True) -> dict:
-    """Train the reference run at every rate of ``grid``; write and return the choice."""
+def tune(study, grid=GRID, root: Path | None = None, progress: bool = True) -> dict:
+    """Train the reference run of ``study`` (a registered chapter) at every rate of ``grid``; write and return the
+    choice."""
     from fedlib.errors import ConfigError, TrainingDiverged
     from fedlib.experiment.records import code_version
     from fedlib.experiment.runner import run
 
-    if chapter not in chapters():
-        raise ConfigError("chapter", chapter, f"a chapter with a TUNING reference run: {', '.join(chapters())}")
+    chapter = study.name
+    if not hasattr(study, "TUNING"):
+        raise ConfigError("chapter", chapter, "a chapter with a TUNING reference run")
     scores: dict[str, float | None] = {}
     for lr in grid:
-        cfg, metric = reference_config(chapter, lr)
+        cfg, metric = reference_config(study, lr)
         try:
             scores[str(lr)] = float(run(cfg, progress=progress)["final"][metric])
         except TrainingDiverged:
@@ -70,8 +59,7 @@ def tune(chapter: str, grid=GRID, root: Path | None = None, progress: bool = Tru
         raise ConfigError("grid", list(grid), f"a grid with a rate that trains the reference run above twice chance "
                                               f"(the best, {chosen}, reached {100 * done[chosen]:.1f}%: nothing is "
                                               "written)")
-    cfg, metric = reference_config(chapter, float(chosen))
-    study = _study(chapter)
+    cfg, metric = reference_config(study, float(chosen))
     answer = {"chapter": chapter, "method": study.TUNING["method"], "metric": metric,
               "dataset": cfg.dataset, "batch_size": cfg.batch_size, "rounds": cfg.rounds,
               "scores": scores, "chosen": float(chosen), "code_version": code_version(),
@@ -113,13 +101,13 @@ def summary(answer: dict) -> str:
             f"{answer['batch_size']} (%: {scores}); `python -m fedlib tune {answer['chapter']}`")
 
 
-def chapter_hyperparameters(chapter: str, scale: str) -> list[dict]:
+def chapter_hyperparameters(study, scale: str) -> list[dict]:
     """A chapter's training settings at ``scale`` against the paper's protocol (``report.hyperparameter_rows``
     on its ``reference_run``), with its ``HYPER_REASONS``; at book scale the learning rate's reason is the
     committed tuning record, and a rate other than the record's choice needs the chapter's ``LR_OVERRIDE``."""
     from fedlib.studies.report import hyperparameter_rows
 
-    study = _study(chapter)
+    chapter = study.name
     reasons = dict(study.HYPER_REASONS)
     tuned = read(chapter) if hasattr(study, "TUNING") else None
     ours = study.reference_run(scale)
