@@ -87,14 +87,14 @@ class Chapter:
         save_summary(self.name, scale, headline=(f"{self.title}: the headline table", rows),
                      provenance=provenance_line(records, scale, self.test_sets(scale)))
 
-    def show_paper_scale(self) -> list[dict]:
-        """How much of the headline table has committed paper-scale records, and the table they give (with the
-        chapter's ``headline_rows``); returns the current records."""
+    def show_paper_scale(self, what: str = "the headline table") -> list[dict]:
+        """How much of the headline table (``what``: how the page names it) has committed paper-scale records, and
+        the table they give (with the chapter's ``headline_rows``); returns the current records."""
         from fedlib.studies.grid import stored_grid
         from fedlib.studies.report import report_stored, show_table
 
         stored = stored_grid(self.name, self.paper_scale_grid())
-        found = report_stored(stored, "the headline table")
+        found = report_stored(stored, what)
         if found and hasattr(self.study, "headline_rows"):
             runs = {cell: c["records"] for cell, c in stored.items() if c["records"]}
             show_table(self.study.headline_rows(runs, "paper"), found, "paper", self.test_sets("paper"))
