@@ -61,7 +61,7 @@ def test_recorded_scales_are_counted_apart_from_the_books_own_runs(tmp_path, mon
 
 
 def test_best_evidence_takes_the_highest_scale_that_checked_each_claim():
-    from fedlib.studies.report import best_evidence, best_evidence_html
+    from fedlib.studies.verdicts import best_evidence, best_evidence_html
 
     book = [Claim("a", "p", "o book", True, margins={0: 5.0}), Claim("b", "p", "o book", True, margins={0: 1.0})]
     reference = [Claim("a", "p", "o ref", False, margins={0: -2.0, 1: -2.2, 2: -1.8}),
@@ -77,7 +77,7 @@ def test_best_evidence_takes_the_highest_scale_that_checked_each_claim():
 
 
 def test_a_hypothesis_of_the_book_is_shown_and_tested_but_never_counted_as_a_claim_of_the_paper():
-    from fedlib.studies.report import best_evidence_html, verdict_html
+    from fedlib.studies.verdicts import best_evidence_html, verdict_html
 
     claims = [Claim("a", "p", "o", True, margins={0: 1.0, 1: 1.2, 2: 0.9}),
               Claim("protocol", "p", "o", True, margins={0: 5.0, 1: 6.0, 2: 5.5}, hypothesis=True)]

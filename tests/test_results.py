@@ -256,7 +256,7 @@ def test_the_verdict_rule_on_margins_with_known_answers():
     """95% t-interval of the mean margin over seeds (t_{0.975, 2} = 4.3027): margins 1, 2, 3 -> mean 2,
     s = 1, half-width 4.3027 / sqrt(3) = 2.484 -> [-0.48, 4.48]: inconclusive; 2, 2.2, 1.8 -> half-width
     4.3027 * 0.2 / sqrt(3) = 0.497 -> [1.50, 2.50]: holds; the negatives: does not hold; one seed: no interval."""
-    from fedlib.studies.report import verdict_of
+    from fedlib.studies.verdicts import verdict_of
 
     v = verdict_of({0: 1.0, 1: 2.0, 2: 3.0})
     assert v.outcome == "inconclusive" and v.n == 3 and v.mean == pytest.approx(2.0)

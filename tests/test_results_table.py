@@ -324,7 +324,7 @@ def test_the_layout_check_finds_a_verdict_box_wider_than_the_text_column(tmp_pat
 def test_a_verdict_never_prints_a_margin_that_is_not_zero_as_zero():
     """A margin in weights (FedGPA's self-weights: +0.00064, +0.00089, +0.00075 over three seeds) read "+0.00" with
     two decimals; it keeps two significant digits: mean 0.000760, t(2) = 4.303, std 0.000125, half width 0.000310."""
-    from fedlib.studies.report import verdict_of
+    from fedlib.studies.verdicts import verdict_of
 
     text = verdict_of({0: 0.000643, 1: 0.000892, 2: 0.000746}).text()
     assert text == "holds at 3 seeds (margin +0.00076, 95% CI [+0.00045, +0.0011])"

@@ -1,6 +1,6 @@
-"""The chapters' shared helpers, in two modules: ``grid`` (running grids, committed records, recording reference-
-and paper-scale grids) and ``report`` (labels, mean ± std, provenance, tables, verdicts, summaries). This module
-hands their names on, so chapters and notebooks import from one place."""
+"""The chapters' shared helpers: ``grid`` (running grids, committed records, recording reference- and paper-scale
+grids), ``report`` (labels, mean ± std, provenance, tables, summaries) and ``verdicts`` (the verdict rule and its
+boxes). This module hands their names on, so chapters and notebooks import the common ones from one place."""
 from fedlib.studies.grid import (
                                  DEADLINE_GRACE_S,
                                  RUNTIME,
@@ -17,9 +17,7 @@ from fedlib.studies.grid import (
                                  with_seeds,
 )
 from fedlib.studies.report import (
-                                 Claim,
                                  ResultsTable,
-                                 best_evidence_html,
                                  convergence_gap,
                                  entropy_rows,
                                  fmt,
@@ -35,8 +33,8 @@ from fedlib.studies.report import (
                                  save_summary,
                                  show_table,
                                  summary_path,
-                                 verdict_html,
 )
+from fedlib.studies.verdicts import Claim, best_evidence_html, verdict_html
 
 __all__ = [
     "RUNTIME", "set_runtime", "complete_runs", "default_workers", "run_all", "run_grid", "nested", "with_seeds",

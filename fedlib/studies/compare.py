@@ -33,7 +33,8 @@ from fedlib.experiment import Config, make_config
 from fedlib.studies.common import RUNTIME, method_labels, with_seeds
 from fedlib.studies.grid import Scales
 from fedlib.studies.registry import register_chapter
-from fedlib.studies.report import Claim, local
+from fedlib.studies.report import local
+from fedlib.studies.verdicts import Claim
 
 METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "fedproto", "ditto", "fedrep", "fedpac",
            "fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc"]
@@ -205,7 +206,7 @@ def reference_run(scale: str) -> Config:
 
 
 def protocol(scale: str) -> tuple[list[dict], str]:
-    from fedlib.studies.report import protocol_rows
+    from fedlib.studies.settings import protocol_rows
 
     return protocol_rows({LABELS[m]: config(m, "dominant", scale, 0.03, knob_values(m, scale)[0]) for m in METHODS},
                          {"personalized": "personal_local", "global": "global_global"})
@@ -239,7 +240,7 @@ def side_by_side(runs: dict, kind: str) -> list[dict]:
     best method (mean and 95% t-interval over seeds), and a rank with ties: 1 + the number of methods that beat it
     with a paired interval above 0 (methods no other one beats clearly share rank 1; one seed decides no rank);
     the global model on the balanced test beside, for methods that have one."""
-    from fedlib.studies.report import verdict_of
+    from fedlib.studies.verdicts import verdict_of
 
     scores = {m: per_seed(runs[(kind, m)]) for m in METHODS if runs.get((kind, m))}
     if not scores:

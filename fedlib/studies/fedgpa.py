@@ -115,12 +115,12 @@ def logged_weights(record: dict) -> list[dict]:
 def verdicts(runs: dict, settings, s_values, methods, ablation: dict | None = None, mu_runs: dict | None = None,
              metric: str = METRIC) -> list:
     """Each claim of FedGPA's Section 5.2, checked on this chapter's runs: the text gives the means over seeds,
-    the verdict the rule of ``report.verdict_of`` on the claim's margin per seed (points; > 0 where it holds).
+    the verdict the rule of ``verdicts.verdict_of`` on the claim's margin per seed (points; > 0 where it holds).
 
     ``runs``: {(method, setting, s): records}; ``ablation``: {row name: records} (Table 3);
     ``mu_runs``: {(s, mu): records} (Fig. 3)."""
     from fedlib.studies.common import Claim, entropy_rows, mean_std
-    from fedlib.studies.report import PerSeed
+    from fedlib.studies.verdicts import PerSeed
 
     acc = {k: 100 * mean_std(v, metric)[0] for k, v in runs.items()}
     per_seed = PerSeed(runs, metric)
@@ -407,7 +407,7 @@ def reference_run(scale: str) -> Config:
 
 def protocol(scale: str) -> tuple[list[dict], str]:
     """The evaluation protocol per method (Tables 2, 4, 5: personalized accuracy on each client's local test)."""
-    from fedlib.studies.report import protocol_rows
+    from fedlib.studies.settings import protocol_rows
 
     return protocol_rows({LABELS[m]: config(m, 1, 20, scale) for m in METHODS}, {"accuracy": "personal_local"})
 

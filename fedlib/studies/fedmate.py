@@ -145,7 +145,7 @@ def verdicts(table1: dict, table2: dict, repeat: dict | None, cft: dict | None, 
     """``table1``: {(dataset, s): {row: records}} (rows: methods and ablation names), metric
     personal_global_acc; ``table2``: {dataset: {method: records}}, metric personal_local_acc;
     ``repeat``: {(method, ratio): records} (Fig. 5); ``cft``: {"with": records, "without": records}."""
-    from fedlib.studies.report import PerSeed
+    from fedlib.studies.verdicts import PerSeed
 
     claims = []
     wins = []
@@ -295,7 +295,7 @@ def reference_run(scale: str) -> Config:
 def protocol(scale: str) -> tuple[list[dict], str]:
     """The evaluation protocol per method: Table 1 reads each client's model on the balanced test set
     (generalization), Table 2 on its local test (adaptation)."""
-    from fedlib.studies.report import protocol_rows
+    from fedlib.studies.settings import protocol_rows
 
     grid = table2_grid(scale)
     first = {m: next(cfgs[0] for (ds, m_), cfgs in grid.items() if m_ == m) for m in TABLE2}

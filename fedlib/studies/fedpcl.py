@@ -122,7 +122,7 @@ def verdicts(table2: dict, label_shift_runs: dict | None = None, t5_runs: dict |
     import numpy as np
 
     from fedlib.studies.common import Claim, mean_std
-    from fedlib.studies.report import PerSeed
+    from fedlib.studies.verdicts import PerSeed
 
     acc = {k: 100 * mean_std(v)[0] for k, v in table2.items()}
     per_seed = PerSeed(table2)
@@ -310,7 +310,7 @@ def reference_run(scale: str) -> Config:
 
 def protocol(scale: str) -> tuple[list[dict], str]:
     """The evaluation protocol per method (Table 2: each client's model on its own domain's test images)."""
-    from fedlib.studies.report import protocol_rows
+    from fedlib.studies.settings import protocol_rows
 
     grid = table2_grid(scale)
     return protocol_rows({LABELS[m]: grid[("m", m)][0] for m in METHODS}, {"accuracy": "personal_local"})

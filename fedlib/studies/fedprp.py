@@ -205,7 +205,7 @@ def verdicts(table1: dict, table2: dict, table5: dict, table3: dict | None, abla
     (shards), ``table2``/``table5``: {method: records} (Dirichlet), ``table3``: {partition: {method:
     records}}, ``ablation``: {row: records}, ``new_clients``: {method: records} of Table VII (clients that
     join in the last round), ``beta``: {beta: records}."""
-    from fedlib.studies.report import PerSeed
+    from fedlib.studies.verdicts import PerSeed
 
     val = lambda recs, metric: 100 * last(recs, metric, scale)[0]  # noqa: E731
     n_last = SCALES[scale]["last"]
@@ -403,7 +403,7 @@ def reference_run(scale: str) -> Config:
 def protocol(scale: str) -> tuple[list[dict], str]:
     """The evaluation protocol per method (Section V-A-3): A_glo reads the global model on the balanced test,
     A_loc each client's model on the balanced test, A_sel each client's model on its local test."""
-    from fedlib.studies.report import protocol_rows
+    from fedlib.studies.settings import protocol_rows
 
     sc = SCALES[scale]
     return protocol_rows({LABELS[m]: config(m, sc["datasets"][0], "shards", sc["gammas"][0], scale) for m in METHODS},

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fedlib.studies.common import load_summaries
 from fedlib.studies.registry import chapters
-from fedlib.studies.report import Claim
+from fedlib.studies.verdicts import Claim
 
 
 def titles() -> dict[str, str]:

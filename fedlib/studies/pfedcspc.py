@@ -233,7 +233,7 @@ def verdicts(table2: dict, table3: dict, ablation: dict, table6: dict, table7: d
     behind Tables IV and V, rows read through ``TABLE4`` and ``TABLE5``); ``table6``: {base: (alone records,
     +pFedCSPC records)}; ``table7``: {method: rounds or None} on the mean curves; ``table7_runs``: {method:
     records} behind it (margins per seed)."""
-    from fedlib.studies.report import PerSeed
+    from fedlib.studies.verdicts import PerSeed
 
     def ours_best(a):   # pFedCSPC minus the best other method
         return a["pfedcspc"] - max(v for m, v in a.items() if m != "pfedcspc")
@@ -352,7 +352,7 @@ def protocol(scale: str) -> tuple[list[dict], str]:
     """The evaluation protocol per method (Section V-A): Global reads the global model on the balanced test,
     Local (I_local) each client's model on its local test; the global-model methods are fine-tuned for one
     epoch before Local, as the paper's Table II does."""
-    from fedlib.studies.report import protocol_rows
+    from fedlib.studies.settings import protocol_rows
 
     ds = SCALES[scale]["datasets"][0]
     methods = list(dict.fromkeys(TABLE2 + TABLE3))

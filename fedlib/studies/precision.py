@@ -12,7 +12,8 @@ from collections.abc import Callable
 import numpy as np
 
 from fedlib.studies.grid import stored_grid
-from fedlib.studies.report import Claim, fmt, mean_std, verdict_of
+from fedlib.studies.report import fmt, mean_std
+from fedlib.studies.verdicts import Claim, verdict_of
 
 
 def in_precision(grid: dict, precision: str) -> dict:

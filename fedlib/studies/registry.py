@@ -113,7 +113,8 @@ class Chapter:
         (this page's runs beside the verdicts each recorded scale's committed records decide) and the wall time."""
         from IPython.display import HTML, display
 
-        from fedlib.studies.report import best_evidence_html, save_summary, wall_time_line
+        from fedlib.studies.report import save_summary, wall_time_line
+        from fedlib.studies.verdicts import best_evidence_html
 
         save_summary(self.name, scale, claims=claims, scale_note=scale_note)
         recorded, notes = self.recorded_evidence() if hasattr(self.study, "recorded_claims") else ({}, {})

@@ -1,11 +1,11 @@
 """Reporting, one place for every chapter: method labels, mean ± std over seeds, provenance of records,
-results tables, verdicts (claims), and the summaries the results overview reads."""
+results tables, where a chapter stands, and the summaries the results overview reads. The verdict rule lives in
+``studies.verdicts``, the protocol and hyperparameter tables in ``studies.settings``."""
 from __future__ import annotations
 
 import dataclasses
 import html
 import json
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -72,7 +72,7 @@ def records_in(*groups) -> list[dict]:
     return list(unique.values())
 
 
-def _model_name(cfg: dict) -> str:
+def model_name(cfg: dict) -> str:
     from fedlib.models import DEFAULT_MODEL
 
     if cfg.get("model"):
@@ -142,7 +142,7 @@ def provenance_line(records: list[dict], scale: str, test_set: str) -> str:
     wall = sum(r.get("wall_time_s", 0.0) for r in records)
     wall_s = f"{wall / 3600:.1f} h" if wall > 3600 else f"{wall / 60:.1f} min" if wall > 120 else f"{wall:.0f} s"
     return (
-        f"scale {scale}; data {_listed(c['dataset'] for c in cfgs)}; model {_listed(_model_name(c) for c in cfgs)}; "
+        f"scale {scale}; data {_listed(c['dataset'] for c in cfgs)}; model {_listed(model_name(c) for c in cfgs)}; "
         f"{_listed(c['num_clients'] for c in cfgs)} clients, {_listed(c['rounds'] for c in cfgs)} rounds; "
         f"test: {test_set}; seeds {_listed(seeds, 5)}: {spread}; "
         f"code {_listed(r.get('code_version', '?') for r in records)}; "
@@ -151,7 +151,7 @@ def provenance_line(records: list[dict], scale: str, test_set: str) -> str:
     )
 
 
-def _cell(v) -> str:
+def cell_text(v) -> str:
     """The book's one number format: two decimals for measured or quoted percentages, plain integers."""
     import math
 
@@ -194,7 +194,7 @@ class ResultsTable:
         if not isinstance(df.index, pd.RangeIndex) or df.index.name is not None:
             keys = max(keys, df.index.nlevels)
             df = df.reset_index()
-        self.df = df.map(_cell)
+        self.df = df.map(cell_text)
         self.df.columns.name = None
         self.records = records_in(records)
         self.keys, self.max_columns = keys, max_columns
@@ -341,275 +341,6 @@ def report_stored(stored: dict, grid: str = "", scale: str = "paper") -> list[di
     return found
 
 
-# ---------------------------------------------------------------------- verdicts with uncertainty
-# The rule, written once (the book's introduction states it too): a claim is turned into a margin, a number
-# that is positive when the claim holds (e.g. "A beats B in every cell": min over cells of A - B, in points).
-# Methods compared on the same seed share its partitions, so the margin is computed per seed from that seed's
-# runs (paired). With n >= 2 seeds the verdict reads the 95% t-interval of the mean margin over seeds: above 0
-# "holds", below 0 "does not hold", containing 0 "inconclusive"; one seed gives no interval: "inconclusive".
-OUTCOMES = ("holds", "does not hold", "inconclusive")
-CONFIDENCE = 0.95
-
-
-@dataclass(frozen=True)
-class Verdict:
-    outcome: str                        # one of OUTCOMES, or "not checked"
-    n: int = 0                          # seeds the margin was computed on
-    mean: float | None = None           # mean margin over seeds (points)
-    interval: tuple[float, float] | None = None   # 95% t-interval of the mean margin (n >= 2)
-
-    def text(self) -> str:
-        if self.outcome == "not checked":
-            return "not checked"
-        if self.mean is None:
-            return f"{self.outcome} (no per-seed margin)"
-        if self.interval is None:
-            seeds = f"{self.n} seed{'s' if self.n != 1 else ''}"
-            return f"{self.outcome} at {seeds} (margin {signed(self.mean)}, no interval)"
-        lo, hi = self.interval
-        return f"{self.outcome} at {self.n} seeds (margin {signed(self.mean)}, 95% CI [{signed(lo)}, {signed(hi)}])"
-
-
-def signed(x: float) -> str:
-    """A margin with its sign: two decimals, or two significant digits where two decimals would read 0.00 for a
-    value that is not 0 (a margin in weights rather than points: +0.00064 is not +0.00)."""
-    return f"{x:+.2f}" if x == 0 or abs(x) >= 0.005 else f"{x:+.2g}"
-
-
-def verdict_of(margins) -> Verdict:
-    """The rule above applied to per-seed margins ({seed: margin} or a list); None or empty: not checked."""
-    from scipy import stats
-
-    values = [float(v) for v in (margins.values() if isinstance(margins, dict) else margins or [])
-              if v is not None and np.isfinite(v)]
-    if not values:
-        return Verdict("not checked")
-    n, mean = len(values), float(np.mean(values))
-    if n == 1:
-        return Verdict("inconclusive", 1, mean)
-    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * np.std(values, ddof=1) / np.sqrt(n))
-    lo, hi = mean - half, mean + half
-    outcome = "holds" if lo > 0 else "does not hold" if hi < 0 else "inconclusive"
-    return Verdict(outcome, n, mean, (lo, hi))
-
-
-class PerSeed:
-    """Paired margins: ``PerSeed(runs, metric)(margin)`` evaluates ``margin(acc)`` on each seed that every cell
-    of ``runs`` ({cell: records over seeds}) has, with ``acc`` = {cell: 100 x that seed's last value of
-    ``metric``}; returns {seed: margin}. ``metric`` may be a {cell: metric} dict (tables whose rows read
-    different metrics)."""
-
-    def __init__(self, runs: dict, metric: str | dict = "personal_local_acc", last: int = 1):
-        self.by_seed: dict[int, dict] = {}
-        cells = {k: {int(r["seed"]): r for r in records} for k, records in runs.items() if records}
-        common = set.intersection(*(set(v) for v in cells.values())) if cells else set()
-        metric_of = metric if isinstance(metric, dict) else dict.fromkeys(cells, metric)
-        for seed in sorted(common):
-            self.by_seed[seed] = {k: 100 * summarize_runs([v[seed]], metrics=(metric_of[k],),
-                                                          last=last)[metric_of[k]][0] for k, v in cells.items()}
-
-    @property
-    def seeds(self) -> list[int]:
-        return list(self.by_seed)
-
-    def __call__(self, margin) -> dict[int, float]:
-        return {seed: float(margin(acc)) for seed, acc in self.by_seed.items()}
-
-
-@dataclass
-class Claim:
-    claim: str                     # what the paper says, in a sentence
-    paper: str                     # the paper's evidence (table/figure, numbers)
-    ours: str                      # our numbers (means over seeds)
-    holds: bool | None             # the point verdict on the means; None: cannot be checked here
-    note: str = ""
-    margins: dict | None = None    # {seed: margin in points}, positive where the claim holds on that seed
-    hypothesis: bool = False       # the book's own hypothesis (e.g. about a protocol), not a claim of the paper:
-                                   # shown and tested like a claim, never counted among the paper's claims
-
-    @property
-    def verdict(self) -> Verdict:
-        """The rule on the per-seed margins; a claim without them has a point verdict only (no interval)."""
-        if self.margins is not None:
-            return verdict_of(self.margins)
-        if self.holds is None:
-            return Verdict("not checked")
-        return Verdict("inconclusive", 0)
-
-
-def verdict_counts(verdicts) -> dict[str, int]:
-    """How many claims hold, do not hold, are inconclusive, were not checked."""
-    out = {o: 0 for o in (*OUTCOMES, "not checked")}
-    for v in verdicts:
-        out[v.outcome] += 1
-    return out
-
-
-def _claim_cell(c: Claim) -> str:
-    tag = "<br><em>(a hypothesis of this book, not a claim of the paper: not counted)</em>" if c.hypothesis else ""
-    return html.escape(c.claim) + tag
-
-
-def verdict_html(claims: list[Claim], scale_note: str) -> str:
-    """The verdict box closing a chapter: each claim with the numbers and its verdict under the rule
-    (per-seed margins, 95% interval over seeds)."""
-    css = {"holds": "yes", "does not hold": "no", "inconclusive": "na", "not checked": "na"}
-    rows = []
-    for c in claims:
-        v = c.verdict
-        detail = v.text() if c.margins is not None or v.outcome == "not checked" else \
-            f"point verdict on the means: {'holds' if c.holds else 'does not hold'} (no per-seed margin)"
-        rows.append(
-            f"<tr><td>{_claim_cell(c)}</td><td>{html.escape(c.paper)}</td><td>{html.escape(c.ours)}"
-            f"{'<br><em>' + html.escape(c.note) + '</em>' if c.note else ''}</td>"
-            f"<td class='verdict-{css[v.outcome]}'>{html.escape(v.outcome)}<br><small>{html.escape(detail)}</small>"
-            f"</td></tr>")
-    papers = [c for c in claims if not c.hypothesis]
-    n = verdict_counts(c.verdict for c in papers)
-    counts = ", ".join(f"{k} {n[k]}" for k in (*OUTCOMES, "not checked") if n[k])
-    extra = f"; {len(claims) - len(papers)} hypotheses of this book beside them" if len(papers) < len(claims) else ""
-    return (f"<div class='verdict'><p><strong>Verdict per claim</strong> ({html.escape(scale_note)}): {counts} "
-            f"(of the paper's {len(papers)} claims{extra}; rule: 95% t-interval of the per-seed margin, paired by "
-            f"seed, see the introduction).</p><table><thead><tr><th>claim</th><th>paper</th><th>ours</th>"
-            f"<th>verdict</th></tr>"
-            f"</thead><tbody>{''.join(rows)}</tbody></table></div>")
-
-
-def best_evidence(by_scale: dict[str, list[Claim]]) -> list[tuple[str, Claim, dict[str, Claim]]]:
-    """Per claim (matched by its text), the scale that decides it: the highest scale with records (paper, then
-    reference, then book) where the claim was checked; returns (that scale, its claim, {other scale: claim})."""
-    from fedlib.experiment import SCALES
-
-    order = [s for s in reversed(SCALES) if by_scale.get(s)]
-    texts: list[str] = []
-    for s in order:
-        texts += [c.claim for c in by_scale[s] if c.claim not in texts]
-    out = []
-    for text in texts:
-        found = {s: c for s in order for c in by_scale[s] if c.claim == text}
-        best = next((s for s in found if found[s].verdict.outcome != "not checked"), next(iter(found)))
-        out.append((best, found[best], {s: c for s, c in found.items() if s != best}))
-    return out
-
-
-def best_evidence_html(by_scale: dict[str, list[Claim]], notes: dict[str, str]) -> str:
-    """The verdict box closing a chapter, best evidence first: each claim's verdict at the highest scale that has
-    records for it, with its margin, interval and seeds, and the other scales' verdicts beside it. ``notes``: what
-    each scale is (rounds, seeds, which records), or why a scale decides nothing yet."""
-    css = {"holds": "yes", "does not hold": "no", "inconclusive": "na", "not checked": "na"}
-    rows, decided_at = [], []
-    hypotheses = 0
-    for scale, c, others in best_evidence(by_scale):
-        v = c.verdict
-        if c.hypothesis:
-            hypotheses += 1
-        else:
-            decided_at.append((scale, v.outcome))
-        detail = v.text() if c.margins is not None or v.outcome == "not checked" else \
-            f"point verdict on the means: {'holds' if c.holds else 'does not hold'} (no per-seed margin)"
-        beside = "<br>".join(f"{html.escape(s)}: {html.escape(o.verdict.text())}" for s, o in others.items()) or "-"
-        rows.append(
-            f"<tr><td>{_claim_cell(c)}</td><td>{html.escape(c.paper)}</td><td>{html.escape(c.ours)}"
-            f"{'<br><em>' + html.escape(c.note) + '</em>' if c.note else ''}</td>"
-            f"<td class='verdict-{css[v.outcome]}'>{html.escape(v.outcome)} <small>({html.escape(scale)} scale)</small>"
-            f"<br><small>{html.escape(detail)}</small></td><td><small>{beside}</small></td></tr>")
-    counts = "; ".join(
-        f"{s} scale: " + ", ".join(f"{o} {n}" for o in (*OUTCOMES, "not checked")
-                                   if (n := sum(1 for s_, o_ in decided_at if s_ == s and o_ == o)))
-        for s in dict.fromkeys(s for s, _ in decided_at))
-    scales = "".join(f"<li><strong>{html.escape(s)}</strong>: {html.escape(n)}</li>" for s, n in notes.items())
-    extra = f", and {hypotheses} hypotheses of this book" if hypotheses else ""
-    return (f"<div class='verdict'><p><strong>Verdict per claim, best evidence first</strong> ({len(decided_at)} "
-            f"claims of the paper{extra}; decided at {html.escape(counts)}). Rule: 95% t-interval of the per-seed "
-            f"margin, paired by seed (see the introduction); only reference and paper scale test a claim of the "
-            f"paper.</p><ul>{scales}</ul>"
-            f"<table><thead><tr><th>claim</th><th>paper</th><th>ours (deciding scale)</th><th>verdict</th>"
-            f"<th>other scales</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
-
-
-# ---------------------------------------------------------------------- evaluation protocol per method
-def protocol_rows(configs: dict, reported: dict[str, str]) -> tuple[list[dict], str]:
-    """The evaluation protocol per method, one row each, in the Evaluator's own words (``engine.evaluation.
-    describe``: the same rule it evaluates by): which model each reported metric reads (``reported``: {column:
-    family}), what the client does before evaluation and how a class is predicted. ``configs``: {method label:
-    Config}. Returns (rows, a note naming each metric's test set)."""
-    from fedlib.engine.evaluation import TEST_SETS, describe, family_parts
-    from fedlib.methods import make_method
-
-    rows = []
-    for label, cfg in configs.items():
-        method = make_method(cfg.method, **cfg.hyper)
-        said = {column: describe(method, cfg.evaluation.plan(), family, cfg.lr, cfg.local_epochs)
-                for column, family in reported.items()}
-        row = {"method": label, **{f"{column}: model": d["model"] for column, d in said.items()}}
-        row["before evaluation"] = next((d["before evaluation"] for d in said.values()
-                                         if d["before evaluation"] != "none"), "none")
-        row["prediction"] = next(iter(said.values()))["prediction"]
-        rows.append(row)
-    sets = "; ".join(f"{column}: {TEST_SETS[family_parts(family)[1]].description}" for column, family in
-                     reported.items())
-    return rows, f"test sets: {sets}"
-
-
-# ---------------------------------------------------------------------- hyperparameters: ours against the paper's
-HYPER_FIELDS = {"dataset": "data", "data_options": "data options", "model": "model", "partition": "partition",
-                "num_clients": "clients",
-                "fraction": "clients per round (share)", "rounds": "rounds", "local_epochs": "local epochs",
-                "batch_size": "batch", "optimizer": "optimizer", "lr": "learning rate", "momentum": "momentum",
-                "weight_decay": "weight decay", "hyper": "method hyperparameters",
-                "global_test_size": "balanced test images", "eval_every": "evaluated every (rounds)"}
-# why a smaller scale differs from the paper's protocol, unless a chapter says more (its ``HYPER_REASONS``)
-BUDGET = "the book's 30-minute budget on a 2-core CPU (paper scale keeps the paper's)"
-HYPER_REASONS = {"partition": "fewer images per client: " + BUDGET, "num_clients": BUDGET, "rounds": BUDGET,
-                 "local_epochs": BUDGET, "fraction": "more clients per round so that a few rounds see most clients",
-                 "hyper": "server-side and auxiliary schedules shortened with the rounds: " + BUDGET,
-                 "global_test_size": "a seeded subset of the test set: " + BUDGET,
-                 "data_options": "fewer images per domain: " + BUDGET,
-                 "eval_every": "when the model is evaluated (it changes no training)"}
-
-
-def _value(v) -> str:
-    if isinstance(v, dict):
-        name = v.get("name")
-        rest = ", ".join(f"{k}={x}" for k, x in v.items() if k != "name")
-        return f"{name} ({rest})" if name else (rest or "defaults")
-    if isinstance(v, float):
-        return f"{v:g}"
-    return "all" if v is None else _cell(v)
-
-
-def method_hyperparameters(method: str, given: dict) -> dict:
-    """Every hyperparameter of ``method`` with the value a run uses (``given`` over its ``Hyper`` defaults), so a
-    settings table shows mu, lambda, tau... rather than "defaults"."""
-    from fedlib.methods import METHODS
-
-    hyper = METHODS[method].Hyper(**given)
-    return {f.name: getattr(hyper, f.name) for f in dataclasses.fields(hyper)}
-
-
-def hyperparameter_rows(ours, paper, reasons: dict[str, str] | None = None, scale: str = "book") -> list[dict]:
-    """One row per training setting of ``HYPER_FIELDS``: ours (a Config at the page's ``scale``) against the
-    paper's protocol (the same run at paper scale) and, where they differ, why (``reasons`` over
-    ``HYPER_REASONS``; at ci scale every difference is the code test's). A difference without a reason raises
-    (tested for every chapter)."""
-    why = {**HYPER_REASONS, **(reasons or {})}
-    if scale == "ci":
-        why = {key: SCALE_MEANING["ci"] for key in HYPER_FIELDS}
-    mine, theirs = ours.flat(), paper.flat()
-    for cfg in (mine, theirs):
-        cfg["hyper"] = method_hyperparameters(cfg["method"], cfg["hyper"]) or "none (the method has none)"
-        if cfg.get("model") is None:   # the model the run builds (on frozen backbones: the projection network)
-            cfg["model"] = f"{_model_name(cfg)} (" + ("on the frozen backbones' features" if cfg.get("backbones")
-                                                      else "the data's default") + ")"
-    rows = []
-    for key, label in HYPER_FIELDS.items():
-        a, b = _value(mine.get(key)), _value(theirs.get(key))
-        if a != b and not why.get(key):
-            raise ValueError(f"{label}: {a} here, {b} in the paper's protocol, and no reason given")
-        rows.append({"setting": label, "here": a, "paper's protocol": b, "why they differ": why[key] if a != b else ""})
-    return rows
-
-
 # ---------------------------------------------------------------------- where a chapter stands
 SCALE_MEANING = {
     "ci": "a test of the code on tiny data: its numbers say nothing about the methods",
@@ -679,7 +410,7 @@ def summary_path(chapter: str, scale: str):
 
 
 def save_summary(chapter: str, scale: str, headline: tuple[str, list[dict]] | None = None,
-                 claims: list[Claim] | None = None, scale_note: str = "", provenance: str = "") -> None:
+                 claims: list | None = None, scale_note: str = "", provenance: str = "") -> None:
     """Leave what the book's results overview shows of a chapter: its headline table (title, rows with
     ours beside the paper, the table's provenance line) and its claims with their verdicts, at one scale."""
     import time

@@ -7,7 +7,8 @@ from fedlib.experiment import Config, make_config
 from fedlib.studies.common import method_labels, with_seeds
 from fedlib.studies.grid import Scales
 from fedlib.studies.registry import register_chapter
-from fedlib.studies.report import Claim, PerSeed, fmt, mean_std
+from fedlib.studies.report import fmt, mean_std
+from fedlib.studies.verdicts import Claim, PerSeed
 
 METHODS = ["fedavg", "fedavg_ft"]
 LABELS = method_labels(METHODS)
@@ -39,7 +40,7 @@ def reference_run(scale: str) -> Config:
 
 
 def protocol(scale: str) -> tuple[list[dict], str]:
-    from fedlib.studies.report import protocol_rows
+    from fedlib.studies.settings import protocol_rows
 
     return protocol_rows({LABELS[m]: config(m, scale) for m in METHODS}, {"accuracy": "personal_local"})
 

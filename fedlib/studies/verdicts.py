@@ -1,0 +1,194 @@
+"""The verdict rule, written once: claims as per-seed margins, their 95% interval, the verdict boxes."""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+import numpy as np
+
+from fedlib.experiment import summarize_runs
+
+# ---------------------------------------------------------------------- verdicts with uncertainty
+# The rule, written once (the book's introduction states it too): a claim is turned into a margin, a number
+# that is positive when the claim holds (e.g. "A beats B in every cell": min over cells of A - B, in points).
+# Methods compared on the same seed share its partitions, so the margin is computed per seed from that seed's
+# runs (paired). With n >= 2 seeds the verdict reads the 95% t-interval of the mean margin over seeds: above 0
+# "holds", below 0 "does not hold", containing 0 "inconclusive"; one seed gives no interval: "inconclusive".
+OUTCOMES = ("holds", "does not hold", "inconclusive")
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: str                        # one of OUTCOMES, or "not checked"
+    n: int = 0                          # seeds the margin was computed on
+    mean: float | None = None           # mean margin over seeds (points)
+    interval: tuple[float, float] | None = None   # 95% t-interval of the mean margin (n >= 2)
+
+    def text(self) -> str:
+        if self.outcome == "not checked":
+            return "not checked"
+        if self.mean is None:
+            return f"{self.outcome} (no per-seed margin)"
+        if self.interval is None:
+            seeds = f"{self.n} seed{'s' if self.n != 1 else ''}"
+            return f"{self.outcome} at {seeds} (margin {signed(self.mean)}, no interval)"
+        lo, hi = self.interval
+        return f"{self.outcome} at {self.n} seeds (margin {signed(self.mean)}, 95% CI [{signed(lo)}, {signed(hi)}])"
+
+
+def signed(x: float) -> str:
+    """A margin with its sign: two decimals, or two significant digits where two decimals would read 0.00 for a
+    value that is not 0 (a margin in weights rather than points: +0.00064 is not +0.00)."""
+    return f"{x:+.2f}" if x == 0 or abs(x) >= 0.005 else f"{x:+.2g}"
+
+
+def verdict_of(margins) -> Verdict:
+    """The rule above applied to per-seed margins ({seed: margin} or a list); None or empty: not checked."""
+    from scipy import stats
+
+    values = [float(v) for v in (margins.values() if isinstance(margins, dict) else margins or [])
+              if v is not None and np.isfinite(v)]
+    if not values:
+        return Verdict("not checked")
+    n, mean = len(values), float(np.mean(values))
+    if n == 1:
+        return Verdict("inconclusive", 1, mean)
+    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * np.std(values, ddof=1) / np.sqrt(n))
+    lo, hi = mean - half, mean + half
+    outcome = "holds" if lo > 0 else "does not hold" if hi < 0 else "inconclusive"
+    return Verdict(outcome, n, mean, (lo, hi))
+
+
+class PerSeed:
+    """Paired margins: ``PerSeed(runs, metric)(margin)`` evaluates ``margin(acc)`` on each seed that every cell
+    of ``runs`` ({cell: records over seeds}) has, with ``acc`` = {cell: 100 x that seed's last value of
+    ``metric``}; returns {seed: margin}. ``metric`` may be a {cell: metric} dict (tables whose rows read
+    different metrics)."""
+
+    def __init__(self, runs: dict, metric: str | dict = "personal_local_acc", last: int = 1):
+        self.by_seed: dict[int, dict] = {}
+        cells = {k: {int(r["seed"]): r for r in records} for k, records in runs.items() if records}
+        common = set.intersection(*(set(v) for v in cells.values())) if cells else set()
+        metric_of = metric if isinstance(metric, dict) else dict.fromkeys(cells, metric)
+        for seed in sorted(common):
+            self.by_seed[seed] = {k: 100 * summarize_runs([v[seed]], metrics=(metric_of[k],),
+                                                          last=last)[metric_of[k]][0] for k, v in cells.items()}
+
+    @property
+    def seeds(self) -> list[int]:
+        return list(self.by_seed)
+
+    def __call__(self, margin) -> dict[int, float]:
+        return {seed: float(margin(acc)) for seed, acc in self.by_seed.items()}
+
+
+@dataclass
+class Claim:
+    claim: str                     # what the paper says, in a sentence
+    paper: str                     # the paper's evidence (table/figure, numbers)
+    ours: str                      # our numbers (means over seeds)
+    holds: bool | None             # the point verdict on the means; None: cannot be checked here
+    note: str = ""
+    margins: dict | None = None    # {seed: margin in points}, positive where the claim holds on that seed
+    hypothesis: bool = False       # the book's own hypothesis (e.g. about a protocol), not a claim of the paper:
+                                   # shown and tested like a claim, never counted among the paper's claims
+
+    @property
+    def verdict(self) -> Verdict:
+        """The rule on the per-seed margins; a claim without them has a point verdict only (no interval)."""
+        if self.margins is not None:
+            return verdict_of(self.margins)
+        if self.holds is None:
+            return Verdict("not checked")
+        return Verdict("inconclusive", 0)
+
+
+def verdict_counts(verdicts) -> dict[str, int]:
+    """How many claims hold, do not hold, are inconclusive, were not checked."""
+    out = {o: 0 for o in (*OUTCOMES, "not checked")}
+    for v in verdicts:
+        out[v.outcome] += 1
+    return out
+
+
+def _claim_cell(c: Claim) -> str:
+    tag = "<br><em>(a hypothesis of this book, not a claim of the paper: not counted)</em>" if c.hypothesis else ""
+    return html.escape(c.claim) + tag
+
+
+def verdict_html(claims: list[Claim], scale_note: str) -> str:
+    """The verdict box closing a chapter: each claim with the numbers and its verdict under the rule
+    (per-seed margins, 95% interval over seeds)."""
+    css = {"holds": "yes", "does not hold": "no", "inconclusive": "na", "not checked": "na"}
+    rows = []
+    for c in claims:
+        v = c.verdict
+        detail = v.text() if c.margins is not None or v.outcome == "not checked" else \
+            f"point verdict on the means: {'holds' if c.holds else 'does not hold'} (no per-seed margin)"
+        rows.append(
+            f"<tr><td>{_claim_cell(c)}</td><td>{html.escape(c.paper)}</td><td>{html.escape(c.ours)}"
+            f"{'<br><em>' + html.escape(c.note) + '</em>' if c.note else ''}</td>"
+            f"<td class='verdict-{css[v.outcome]}'>{html.escape(v.outcome)}<br><small>{html.escape(detail)}</small>"
+            f"</td></tr>")
+    papers = [c for c in claims if not c.hypothesis]
+    n = verdict_counts(c.verdict for c in papers)
+    counts = ", ".join(f"{k} {n[k]}" for k in (*OUTCOMES, "not checked") if n[k])
+    extra = f"; {len(claims) - len(papers)} hypotheses of this book beside them" if len(papers) < len(claims) else ""
+    return (f"<div class='verdict'><p><strong>Verdict per claim</strong> ({html.escape(scale_note)}): {counts} "
+            f"(of the paper's {len(papers)} claims{extra}; rule: 95% t-interval of the per-seed margin, paired by "
+            f"seed, see the introduction).</p><table><thead><tr><th>claim</th><th>paper</th><th>ours</th>"
+            f"<th>verdict</th></tr>"
+            f"</thead><tbody>{''.join(rows)}</tbody></table></div>")
+
+
+def best_evidence(by_scale: dict[str, list[Claim]]) -> list[tuple[str, Claim, dict[str, Claim]]]:
+    """Per claim (matched by its text), the scale that decides it: the highest scale with records (paper, then
+    reference, then book) where the claim was checked; returns (that scale, its claim, {other scale: claim})."""
+    from fedlib.experiment import SCALES
+
+    order = [s for s in reversed(SCALES) if by_scale.get(s)]
+    texts: list[str] = []
+    for s in order:
+        texts += [c.claim for c in by_scale[s] if c.claim not in texts]
+    out = []
+    for text in texts:
+        found = {s: c for s in order for c in by_scale[s] if c.claim == text}
+        best = next((s for s in found if found[s].verdict.outcome != "not checked"), next(iter(found)))
+        out.append((best, found[best], {s: c for s, c in found.items() if s != best}))
+    return out
+
+
+def best_evidence_html(by_scale: dict[str, list[Claim]], notes: dict[str, str]) -> str:
+    """The verdict box closing a chapter, best evidence first: each claim's verdict at the highest scale that has
+    records for it, with its margin, interval and seeds, and the other scales' verdicts beside it. ``notes``: what
+    each scale is (rounds, seeds, which records), or why a scale decides nothing yet."""
+    css = {"holds": "yes", "does not hold": "no", "inconclusive": "na", "not checked": "na"}
+    rows, decided_at = [], []
+    hypotheses = 0
+    for scale, c, others in best_evidence(by_scale):
+        v = c.verdict
+        if c.hypothesis:
+            hypotheses += 1
+        else:
+            decided_at.append((scale, v.outcome))
+        detail = v.text() if c.margins is not None or v.outcome == "not checked" else \
+            f"point verdict on the means: {'holds' if c.holds else 'does not hold'} (no per-seed margin)"
+        beside = "<br>".join(f"{html.escape(s)}: {html.escape(o.verdict.text())}" for s, o in others.items()) or "-"
+        rows.append(
+            f"<tr><td>{_claim_cell(c)}</td><td>{html.escape(c.paper)}</td><td>{html.escape(c.ours)}"
+            f"{'<br><em>' + html.escape(c.note) + '</em>' if c.note else ''}</td>"
+            f"<td class='verdict-{css[v.outcome]}'>{html.escape(v.outcome)} <small>({html.escape(scale)} scale)</small>"
+            f"<br><small>{html.escape(detail)}</small></td><td><small>{beside}</small></td></tr>")
+    counts = "; ".join(
+        f"{s} scale: " + ", ".join(f"{o} {n}" for o in (*OUTCOMES, "not checked")
+                                   if (n := sum(1 for s_, o_ in decided_at if s_ == s and o_ == o)))
+        for s in dict.fromkeys(s for s, _ in decided_at))
+    scales = "".join(f"<li><strong>{html.escape(s)}</strong>: {html.escape(n)}</li>" for s, n in notes.items())
+    extra = f", and {hypotheses} hypotheses of this book" if hypotheses else ""
+    return (f"<div class='verdict'><p><strong>Verdict per claim, best evidence first</strong> ({len(decided_at)} "
+            f"claims of the paper{extra}; decided at {html.escape(counts)}). Rule: 95% t-interval of the per-seed "
+            f"margin, paired by seed (see the introduction); only reference and paper scale test a claim of the "
+            f"paper.</p><ul>{scales}</ul>"
+            f"<table><thead><tr><th>claim</th><th>paper</th><th>ours (deciding scale)</th><th>verdict</th>"
+            f"<th>other scales</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
