@@ -94,3 +94,16 @@ def test_recorded_tuning_chooses_the_comparison_and_the_convergence_runs(tmp_pat
     (cfg,) = tuning[("dirichlet", "ditto", 0.1, 1.0)]
     (tmp_path / "compare" / f"{cfg.key()}.json").unlink()
     assert ("dirichlet", "ditto") not in compare.tables("reference")["comparison"]
+
+
+def test_a_tuning_rate_that_diverges_scores_nothing_and_is_shown_as_diverged():
+    from fedlib.studies.report import records_in
+
+    diverged = {"config": {}, "key": "k", "seed": 0, "diverged": "loss became nan", "final": {}, "history": []}
+    tuning = {("dirichlet", "local", 0.03, None): [{**record(0, 60.0), "config": {}}],
+              ("dirichlet", "local", 0.1, None): [diverged]}
+    chosen = compare.choose(tuning)
+    assert chosen == {("dirichlet", "local"): (0.03, None)}
+    (row,) = compare.tuning_rows(tuning, chosen)
+    assert row["lr 0.03"] == "60.00" and row["lr 0.1"] == "diverged" and row["chosen"] == "lr 0.03"
+    assert records_in(tuning) == [tuning[("dirichlet", "local", 0.03, None)][0]]

@@ -196,9 +196,10 @@ def run(scale: str, store: str | None = None) -> tuple[dict, dict, dict]:
     """Tune, then compare: (tuning runs, choices, comparison runs)."""
     from fedlib.studies.grid import run_grid
 
-    tuning = run_grid(tuning_grid(scale), desc="tuning", store=store)
+    # a rate whose loss becomes nan scores nothing (its stand-in record is never cached or committed)
+    tuning = run_grid(tuning_grid(scale), desc="tuning", store=store, keep_diverged=True)
     chosen = choose(tuning)
-    return tuning, chosen, run_grid(comparison_grid(scale, chosen), desc="comparison", store=store)
+    return tuning, chosen, run_grid(comparison_grid(scale, chosen), desc="comparison", store=store, keep_diverged=True)
 
 
 def reference_run(scale: str) -> Config:
@@ -225,10 +226,10 @@ def tuning_rows(tuning: dict, chosen: dict) -> list[dict]:
             knob = SENSITIVE.get(m, ("-", ()))[0]
             row = {"partition": kind, "method": LABELS[m], "knob": knob}
             for lr in dict.fromkeys(lr for lr, _ in points):
-                scores = {v: per_seed(recs).get(0) for (lr_, v), recs in points.items() if lr_ == lr}
-                row[f"lr {lr:g}"] = "; ".join(("" if v is None else f"{v:g}: ")
-                                              + ("-" if score is None else f"{score:.2f}")
-                                              for v, score in scores.items())
+                scores = {v: ("diverged" if any("diverged" in r for r in recs) else
+                              f"{per_seed(recs)[0]:.2f}" if 0 in per_seed(recs) else "-")
+                          for (lr_, v), recs in points.items() if lr_ == lr}
+                row[f"lr {lr:g}"] = "; ".join(("" if v is None else f"{v:g}: ") + score for v, score in scores.items())
             lr, v = chosen.get((kind, m), (None, None))
             row["chosen"] = "-" if lr is None else f"lr {lr:g}" + (f", {knob} {v:g}" if v is not None else "")
             rows.append(row)
@@ -255,8 +256,10 @@ def side_by_side(runs: dict, kind: str) -> list[dict]:
     for m in scores:
         to_best = paired(m, best) if m != best else None
         glob = per_seed(runs[(kind, m)], "global_acc")
+        diverged = sum("diverged" in r for r in runs[(kind, m)])   # seeds whose loss became nan: not averaged
         rows.append({
-            "method": LABELS[m], "personalized (%)": f"{means[m]:.2f} ± {np.std(list(scores[m].values())):.2f}",
+            "method": LABELS[m], "personalized (%)": f"{means[m]:.2f} ± {np.std(list(scores[m].values())):.2f}"
+            + (f" ({diverged} seed{'s' if diverged > 1 else ''} diverged)" if diverged else ""),
             "difference to the best": "-" if to_best is None else f"{to_best.mean:+.2f}",
             "95% CI": "-" if to_best is None or to_best.interval is None else
             f"[{to_best.interval[0]:+.2f}, {to_best.interval[1]:+.2f}]",

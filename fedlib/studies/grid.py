@@ -55,8 +55,18 @@ def set_runtime(device: str = "auto", executor: str = "auto") -> dict:
     return dict(RUNTIME)
 
 
-def _run_one(cfg: Config, kwargs: dict) -> dict:
-    return run(cfg, progress=False, **kwargs)
+def _run_one(cfg: Config, kwargs: dict, keep_diverged: bool = False) -> dict:
+    """The run's record; ``keep_diverged``: a run whose loss became nan gives a record that says so (``diverged``:
+    the message, no metrics; never cached or committed) instead of stopping the grid (a tuning grid's high rates)."""
+    from fedlib.errors import TrainingDiverged
+
+    try:
+        return run(cfg, progress=False, **kwargs)
+    except TrainingDiverged as exc:
+        if not keep_diverged:
+            raise
+        return {"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "diverged": str(exc), "final": {},
+                "history": []}
 
 
 def _run_pool(workers: int):
@@ -77,11 +87,11 @@ def default_workers() -> int:
 
 
 def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, store: str | None = None,
-            workers: int | None = None, **kwargs) -> list[dict]:
+            workers: int | None = None, keep_diverged: bool = False, **kwargs) -> list[dict]:
     """Run (or read from the cache) every config, with one progress bar over runs. Uncached runs are
     spread over ``workers`` single-threaded processes (default: one per CPU core on the CPU, none on a
     GPU). ``store``: also write each record to ``results/<store>/`` (the paper-scale records the book
-    shows)."""
+    shows); ``keep_diverged``: see ``_run_one``."""
     from concurrent.futures import as_completed
     from pathlib import Path
 
@@ -107,7 +117,7 @@ def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, st
                **({} if progress else {"disable": True}))  # TQDM_DISABLE=1 still applies
     if workers > 1 and len(pending) > 1:
         pool = _run_pool(workers)
-        futures = {pool.submit(_run_one, configs[idx[0]], kwargs): idx for idx in pending.values()}
+        futures = {pool.submit(_run_one, configs[idx[0]], kwargs, keep_diverged): idx for idx in pending.values()}
         try:
             for future in as_completed(futures):
                 for i in futures[future]:
@@ -122,14 +132,15 @@ def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, st
             raise
     else:
         for idx in pending.values():
-            record = _run_one(configs[idx[0]], kwargs)
+            record = _run_one(configs[idx[0]], kwargs, keep_diverged)
             for i in idx:
                 out[i] = record
             bar.update(len(idx))
     bar.close()
     if store:
         for record in out:
-            results.write(record, store)
+            if "diverged" not in record:
+                results.write(record, store)
     return out
 
 

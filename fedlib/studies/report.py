@@ -53,12 +53,14 @@ def provenance(records: list[dict]) -> dict:
 
 
 def records_in(*groups) -> list[dict]:
-    """Every run record inside lists, tuples and dicts of records (nested as the chapters keep them)."""
+    """Every run record inside lists, tuples and dicts of records (nested as the chapters keep them); a diverged
+    run's stand-in (``grid._run_one``) is no record."""
     out: list[dict] = []
 
     def walk(x):
         if isinstance(x, dict) and "config" in x and "final" in x:
-            out.append(x)
+            if "diverged" not in x:
+                out.append(x)
         elif isinstance(x, dict):
             for v in x.values():
                 walk(v)
