@@ -316,3 +316,23 @@ def test_a_papers_participation_is_registered_where_the_paper_is_and_resolved_fr
     with pytest.raises(ConfigError, match="late_round"):
         validate(make_config(method="fedavg", dataset="digits", num_clients=10, rounds=5, late_clients=3,
                              late_round=9))
+
+
+def test_fedic_client_weights_stay_finite_where_every_sigmoid_underflows():
+    """sigmoid(a_k) / sum_j sigmoid(a_j) with every a_k below -110 is 0 / 0 in float32 (a FedPRP reference run's
+    server turned NaN in round 10); the log-space form gives the same weights where the division is fine and
+    finite ones (the softmax of a_k, the limit) where it is not."""
+    K, d = 3, 2
+    gate = {"scale": torch.ones(K, 1), "bias": torch.zeros(1), "logit_scale": torch.ones(K),
+            "logit_bias": torch.zeros(K), "gate_w": torch.zeros(d, 1), "gate_b": torch.full((1,), 50.0)}  # carry = 1
+    feats = torch.zeros(2, 1, d)
+    moderate = torch.tensor([[[1.0, -2.0, 0.5]], [[0.0, 1.0, -1.0]]])      # a = -0.5, 0.0
+    a = moderate.sum(-1)
+    w = torch.sigmoid(a) / torch.sigmoid(a).sum(0)
+    expected = (w.unsqueeze(-1) * moderate).sum(0)
+    assert torch.allclose(gated_ensemble(gate, feats, moderate, torch.zeros(1, K)), expected, atol=1e-6)
+    extreme = torch.tensor([[[-40.0, -40.0, -40.0]], [[-45.0, -45.0, -45.0]]])   # a = -120, -135
+    assert float(torch.sigmoid(extreme.sum(-1)).sum()) == 0.0                     # the old division: 0 / 0
+    out = gated_ensemble(gate, feats, extreme, torch.zeros(1, K))
+    weights = torch.softmax(extreme.sum(-1), 0)                                    # e^15 : 1
+    assert torch.isfinite(out).all() and torch.allclose(out, (weights.unsqueeze(-1) * extreme).sum(0))

@@ -49,8 +49,9 @@ class FedicHyper(Hyper):
 def gated_ensemble(gate: dict, feats: torch.Tensor, logits: torch.Tensor, calibrated: torch.Tensor) -> torch.Tensor:
     """feats (m, B, d), logits (m, B, K) of the m participants, calibrated (B, K) of the calibrated G."""
     gate = {k: v.to(logits.dtype) for k, v in gate.items()}                     # float32 or float64 uploads
-    w = torch.sigmoid(logits @ gate["scale"] + gate["bias"]).squeeze(-1)        # (m, B) client-wise weights
-    w = w / w.sum(0, keepdim=True)
+    # (m, B) client-wise weights sigmoid(a_k) / sum_j sigmoid(a_j), as a softmax over clients of log sigmoid(a): the
+    # same numbers, without the 0 / 0 of every client's sigmoid underflowing (logits of ~40 made a sample's NaN)
+    w = F.logsigmoid(logits @ gate["scale"] + gate["bias"]).squeeze(-1).softmax(0)
     ensemble = (w.unsqueeze(-1) * logits).sum(0)
     adjusted = ensemble * gate["logit_scale"] + gate["logit_bias"]              # class-wise adjustment
     carry = torch.sigmoid(feats.mean(0) @ gate["gate_w"] + gate["gate_b"])      # (B, 1)
@@ -64,6 +65,7 @@ class FEDIC(Method):
     paper = "Shang, Lu, Cheung & Wang, ICME 2022"
     cite = "shang2022fedic"
     Hyper = FedicHyper
+    version = 2   # 2: the client-wise weights normalised in log space (version 1 divided 0 by 0 on large logits)
 
     def init_server(self, server, init):
         super().init_server(server, init)
