@@ -139,6 +139,14 @@ class ClientSlot:
     state: dict = field(default_factory=dict)
 
 
+# Salts: the last or middle key of ``derived_seed`` that keeps one purpose's random stream apart from the others'.
+# Participation draws (seed, round, PARTICIPATION_SALT); validation splits draw (seed, VALIDATION_SALT, client).
+# Both are 7919, kept from before they had names: their positions differ, so the streams never meet, and another
+# value would change every committed record's partitions of clients and rounds.
+PARTICIPATION_SALT = 7919
+VALIDATION_SALT = 7919
+
+
 def derived_seed(*keys: int) -> int:
     """A 63-bit seed from (seed, round, client, ...): runs resume without saved RNG state."""
     return int(np.random.SeedSequence([int(k) for k in keys]).generate_state(2, np.uint64)[0] >> np.uint64(1))

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from fedlib import serial
 from fedlib.data.federated import FederatedData
 from fedlib.engine.client import ClientTask, Setup
-from fedlib.engine.core import Batch, ClientContext, ClientSlot, Server, clone, derived_seed, own_copy
+from fedlib.engine.core import VALIDATION_SALT, Batch, ClientContext, ClientSlot, Server, clone, derived_seed, own_copy
 from fedlib.engine.evaluation import Evaluator, global_test_indices, resolve_metric_sets
 from fedlib.engine.executors import make_executor
 from fedlib.engine.protocol import EvaluationPlan, LocalTraining, Participation, UniformParticipation
@@ -37,7 +37,7 @@ def validation_split(train_idx, fraction: float, seed: int) -> tuple[tuple, tupl
         return tuple(train_idx), None
     train, val = [], []
     for i, idx in enumerate(train_idx):
-        gen = torch.Generator().manual_seed(derived_seed(seed, 7919, i))
+        gen = torch.Generator().manual_seed(derived_seed(seed, VALIDATION_SALT, i))
         order = idx[torch.randperm(len(idx), generator=gen).to(idx.device)]
         n_val = min(max(1, round(fraction * len(idx))), len(idx) - 1)
         train.append(order[n_val:].sort().values)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlib.engine.core import derived_seed
+from fedlib.engine.core import PARTICIPATION_SALT, derived_seed
 
 
 @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class UniformParticipation(Participation):
         if self.fraction >= 1.0:
             return list(range(num_clients))
         k = max(1, int(round(self.fraction * num_clients)))
-        rng = np.random.default_rng(derived_seed(seed, round_, 7919))
+        rng = np.random.default_rng(derived_seed(seed, round_, PARTICIPATION_SALT))
         return sorted(rng.choice(num_clients, size=k, replace=False).tolist())
 
 
