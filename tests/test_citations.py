@@ -53,3 +53,19 @@ def test_the_book_loads_the_bibliography_and_lists_it():
     toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())
     assert "bibliography" in [c["file"] for c in toc["chapters"]]
     assert "{bibliography}" in (ROOT / "book" / "bibliography.md").read_text()
+
+
+def test_every_registered_chapter_is_executed_by_the_manifest_and_listed_in_the_table_of_contents():
+    """A chapter of the book (a study module in fedlib with a notebook) is a page: the manifest executes its notebook
+    at ci, book and paper scale into the page the table of contents lists, in the registry's order."""
+    from fedlib.studies.registry import chapters
+
+    manifest = yaml.safe_load((ROOT / "book" / "experiments.yml").read_text())
+    pages = {Path(e["notebook"]).stem: e["configurations"] for e in manifest["chapters"]}
+    toc = [c["file"] for c in yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())["chapters"]]
+    book = [name for name in chapters() if (ROOT / "notebooks" / f"{name}.ipynb").exists()]
+    assert book == list(chapters())   # every built-in chapter has its notebook
+    for name in book:
+        assert set(pages[name]) >= {"ci", "book", "paper"}, name
+        assert pages[name]["book"]["output"] == f"book/chapters/{name}.ipynb" and f"chapters/{name}" in toc, name
+    assert [f for f in toc if f.removeprefix("chapters/") in book] == [f"chapters/{n}" for n in book]
