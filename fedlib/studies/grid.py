@@ -289,6 +289,8 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
     log(f"{chapter} at scale {scale}: {len(configs)} configs, {len(configs) - len(todo)} already recorded, "
         f"{len(todo)} to run on {device} ({executor}, {len(jobs)} job(s)) with {workers} worker(s)")
     counts = {"done": 0, "failed": 0, "left": 0}
+    if not jobs:   # everything recorded: no worker process to start
+        return {"done": 0, "failed": 0, "skipped": len(configs), "left": 0, "wall_s": time.time() - start}
     workers = bounded_workers(workers, len(jobs), "records' worker processes")
     pool = start_pool(workers, single_threaded_run_worker, what="records' worker processes")
     running: dict = {}
