@@ -10,7 +10,7 @@ def record(seed: int, acc: float, glob: float | None = None) -> dict:
     final = {"personal_local_acc": acc / 100}
     if glob is not None:
         final["global_acc"] = glob / 100
-    return {"seed": seed, "final": final}
+    return {"seed": seed, "final": final, "history": [{"round": 1, **final}]}
 
 
 def test_tuning_chooses_the_best_heldout_score_the_smaller_rate_on_a_tie_and_nothing_without_runs():

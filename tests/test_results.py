@@ -470,3 +470,21 @@ def test_a_record_replays_at_rounding_tolerance_only_on_the_same_processor_model
     other_unit = "SSE" if "AVX-512" in here else "AVX-512"
     assert not same_hardware(f"cpu ({model} with {other_unit}, x86_64, 1 threads, torch 2.14.1+cu130)", "cpu")
     assert not same_hardware("cuda:0 (NVIDIA H100 80GB HBM3, torch 2.14.1+cu130)", "cpu")
+
+
+def test_a_claim_written_once_gives_its_per_seed_margins_and_its_verdict_on_the_means():
+    """A: 80, 82; B: 78, 83 (seeds 0, 1): margins A - B = +2, -1; on the means 81 - 80.5 = +0.5 (holds on the
+    means, inconclusive over seeds); a cell without seed 1 pairs seed 0 only."""
+    from fedlib.studies.verdicts import PerSeed
+
+    def recs(values):
+        return [{"seed": s, "history": [{"round": 1, "personal_local_acc": v / 100}], "final": {}}
+                for s, v in enumerate(values)]
+
+    paired = PerSeed({"A": recs([80, 82]), "B": recs([78, 83])})
+    claim = paired.claim("A beats B", "paper", lambda acc: acc["A"] - acc["B"],
+                         lambda means: f"A {means['A']:.1f} vs B {means['B']:.1f}")
+    assert claim.margins == pytest.approx({0: 2.0, 1: -1.0}) and claim.holds is True
+    assert claim.ours == "A 81.0 vs B 80.5" and claim.verdict.outcome == "inconclusive"
+    short = PerSeed({"A": recs([80, 82]), "B": recs([78])}).claim("A beats B", "p", lambda a: a["A"] - a["B"], "x")
+    assert short.margins == pytest.approx({0: 2.0}) and short.holds is True

@@ -220,12 +220,11 @@ def verdicts(table1: dict, table2: dict, table5: dict, table3: dict | None, abla
         ("A_glo under Dirichlet skew (Table II)", table2, "a_glo", "60.71 vs FEDIC 57.01 (alpha=0.4, gamma=0.1)"),
         ("A_sel under Dirichlet skew (Table V)", table5, "a_sel", "60.65 vs FEDIC 60.26 (alpha=0.4, gamma=0.1)"),
     ):
-        scores = {m: val(r, metric) for m, r in table.items()}
-        best = max(scores, key=scores.__getitem__)
-        runner = max((m for m in scores if m != "fedprp"), key=scores.__getitem__)
-        claims.append(Claim(f"FedPRP has the best {name}", paper,
-                            f"FedPRP {scores['fedprp']:.2f}; best other {LABELS[runner]} {scores[runner]:.2f}",
-                            best == "fedprp", margins=per_seed(table, metric)(fedprp_best)))
+        def ours(means):
+            runner = max((m for m in means if m != "fedprp"), key=means.__getitem__)
+            return f"FedPRP {means['fedprp']:.2f}; best other {LABELS[runner]} {means[runner]:.2f}"
+
+        claims.append(per_seed(table, metric).claim(f"FedPRP has the best {name}", paper, fedprp_best, ours))
     if "fedprp" in table1 and "personal_own_acc@restricted" in table1["fedprp"][0]["final"]:
         own = per_seed({"fedprp": table1["fedprp"]}, "personal_own_acc@restricted").by_seed
         balanced = per_seed({"fedprp": table1["fedprp"]}, "a_loc").by_seed

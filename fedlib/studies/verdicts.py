@@ -82,6 +82,19 @@ class PerSeed:
     def __call__(self, margin) -> dict[int, float]:
         return {seed: float(margin(acc)) for seed, acc in self.by_seed.items()}
 
+    def means(self) -> dict:
+        """{cell: mean over the paired seeds of its value (%)}: what a claim's verdict on the means reads."""
+        return {k: float(np.mean([acc[k] for acc in self.by_seed.values()])) for k in next(iter(self.by_seed.values()),
+                                                                                                {})}
+
+    def claim(self, claim: str, paper: str, margin, ours, note: str = "", hypothesis: bool = False) -> Claim:
+        """The claim whose margin function is ``margin`` ({cell: value (%)} -> points, > 0 where it holds), written
+        once: its per-seed margins and its point verdict on the means both come from it. ``ours``: the text of our
+        numbers, or a function of the means that writes it."""
+        means = self.means()
+        return Claim(claim, paper, ours(means) if callable(ours) else ours,
+                     bool(margin(means) > 0) if means else None, note, self(margin), hypothesis)
+
 
 @dataclass
 class Claim:
