@@ -258,7 +258,9 @@ def side_by_side(runs: dict, kind: str) -> list[dict]:
         glob = per_seed(runs[(kind, m)], "global_acc")
         diverged = sum("diverged" in r for r in runs[(kind, m)])   # seeds whose loss became nan: not averaged
         rows.append({
-            "method": LABELS[m], "personalized (%)": f"{means[m]:.2f} ± {np.std(list(scores[m].values())):.2f}"
+            "method": LABELS[m],
+            "personalized (%)": (f"{means[m]:.2f} ± {np.std(list(scores[m].values())):.2f}" if len(scores[m]) > 1
+                                 else f"{means[m]:.2f} (1 seed)")
             + (f" ({diverged} seed{'s' if diverged > 1 else ''} diverged)" if diverged else ""),
             "difference to the best": "-" if to_best is None else f"{to_best.mean:+.2f}",
             "95% CI": "-" if to_best is None or to_best.interval is None else
