@@ -238,88 +238,62 @@ def verdicts(table2: dict, table3: dict, ablation: dict, table6: dict, table7: d
     def ours_best(a):   # pFedCSPC minus the best other method
         return a["pfedcspc"] - max(v for m, v in a.items() if m != "pfedcspc")
 
-    claims = []
-    hm = {m: 100 * mean_std(r, "hm")[0] for m, r in table2.items()}
-    glob = {m: 100 * mean_std(r, "acc_global")[0] for m, r in table2.items()}
-    best = max(hm, key=hm.__getitem__)
-    other = max((m for m in hm if m != "pfedcspc"), key=hm.__getitem__)
-    claims.append(Claim("pFedCSPC has the best balance of generalization and personalization (Table II, HM)",
-                        "CIFAR-10 HM 70.31 vs FedETF 69.61, GRACE 68.52",
-                        f"HM pFedCSPC {hm['pfedcspc']:.2f}; best other {LABELS[other]} {hm[other]:.2f}",
-                        best == "pfedcspc",
-                        margins=PerSeed(table2, "hm")(ours_best)))
-    gbest = max(glob, key=glob.__getitem__)
-    gother = max((m for m in glob if m != "pfedcspc"), key=glob.__getitem__)
-    claims.append(Claim("pFedCSPC's global model is (near) the best (Table II, Global)",
-                        "CIFAR-10 70.81, FedETF 70.84 the only higher",
-                        f"pFedCSPC {glob['pfedcspc']:.2f}; best other {LABELS[gother]} {glob[gother]:.2f}",
-                        glob["pfedcspc"] >= glob[gbest] - 0.5, "holds here means: within 0.5 points of the best",
-                        margins=PerSeed(table2, "acc_global")(lambda a: ours_best(a) + 0.5)))
-    i3 = {m: 100 * mean_std(r, "i_local")[0] for m, r in table3.items()}
-    lbest = max(i3, key=i3.__getitem__)
-    lother = max((m for m in i3 if m != "pfedcspc"), key=i3.__getitem__)
-    claims.append(Claim("pFedCSPC personalizes best among the personalized-FL baselines (Table III, I_local)",
-                        "CIFAR-10 69.81 vs FedFomo 67.78, FedALA 67.14",
-                        f"pFedCSPC {i3['pfedcspc']:.2f}; best other {LABELS[lother]} {i3[lother]:.2f}",
-                        lbest == "pfedcspc",
-                        margins=PerSeed(table3, "i_local")(ours_best)))
+    def ours_vs_best(name):   # the words of the three "pFedCSPC is best" claims, from the means
+        def ours(means):
+            other = max((m for m in means if m != "pfedcspc"), key=means.__getitem__)
+            return f"{name}pFedCSPC {means['pfedcspc']:.2f}; best other {LABELS[other]} {means[other]:.2f}"
+        return ours
+
+    claims = [
+        PerSeed(table2, "hm").claim("pFedCSPC has the best balance of generalization and personalization (Table II, "
+                                    "HM)", "CIFAR-10 HM 70.31 vs FedETF 69.61, GRACE 68.52", ours_best,
+                                    ours_vs_best("HM ")),
+        PerSeed(table2, "acc_global").claim("pFedCSPC's global model is (near) the best (Table II, Global)",
+                                            "CIFAR-10 70.81, FedETF 70.84 the only higher",
+                                            lambda a: ours_best(a) + 0.5, ours_vs_best(""),
+                                            "holds here means: within 0.5 points of the best"),
+        PerSeed(table3, "i_local").claim("pFedCSPC personalizes best among the personalized-FL baselines (Table III, "
+                                         "I_local)", "CIFAR-10 69.81 vs FedFomo 67.78, FedALA 67.14", ours_best,
+                                         ours_vs_best("")),
+    ]
+
     def rows_of(table: dict) -> PerSeed:   # {row: records}, each row read with its own metric, paired by seed
         return PerSeed({row: ablation[run] for row, (run, _) in table.items()},
                        {row: metric for row, (_, metric) in table.items()})
 
-    t4 = {r: 100 * mean_std(ablation[run], metric)[0] for r, (run, metric) in TABLE4.items()}
-    t4_seeds = rows_of(TABLE4)
-    claims.append(
-        Claim(
-            "clustered prototypes beat one prototype per class (Table IV, CPM vs TPG)",
-            "C=1.0: +CPM+CA 68.89 vs +TPG+CA 64.32; +CPM+PA+CA 69.66 vs +TPG+PA+CA 66.19",
-            f"+CPM+CA {t4['+CPM+CA']:.2f} vs +TPG+CA {t4['+TPG+CA']:.2f}; +CPM+PA+CA {t4['+CPM+PA+CA']:.2f} "
-            f"vs +TPG+PA+CA {t4['+TPG+PA+CA']:.2f}",
-            t4["+CPM+CA"] > t4["+TPG+CA"] and t4["+CPM+PA+CA"] > t4["+TPG+PA+CA"],
-            margins=t4_seeds(lambda a: min(a["+CPM+CA"] - a["+TPG+CA"], a["+CPM+PA+CA"] - a["+TPG+PA+CA"])),
-        )
-    )
     chain4 = ("Base", "+CPM+CA", "+PTA+CPM+CA", "+PTA+CPM+PA+CA", "+PTA+CPM+PA+CA+KP")
 
     def each_adds(a, chain):   # the smallest step along the chain
         return min(a[y] - a[x] for x, y in zip(chain, chain[1:]))
 
-    claims.append(
-        Claim(
-            "every global component adds accuracy: Base < +CPM+CA < +PTA < +PA < +KP (Table IV)",
-            "66.78 < 68.89 < 69.51 < 70.42 < 70.81",
-            " / ".join(f"{t4[r]:.2f}" for r in chain4),
-            t4["Base"] < t4["+CPM+CA"] < t4["+PTA+CPM+CA"] < t4["+PTA+CPM+PA+CA"] <= t4["+PTA+CPM+PA+CA+KP"],
-            "margin: the smallest step of the chain",
-            margins=t4_seeds(lambda a: each_adds(a, chain4)),
-        )
-    )
-    t5 = {r: 100 * mean_std(ablation[run], metric)[0] for r, (run, metric) in TABLE5.items()}
+    t4_seeds = rows_of(TABLE4)
+    claims.append(t4_seeds.claim(
+        "clustered prototypes beat one prototype per class (Table IV, CPM vs TPG)",
+        "C=1.0: +CPM+CA 68.89 vs +TPG+CA 64.32; +CPM+PA+CA 69.66 vs +TPG+PA+CA 66.19",
+        lambda a: min(a["+CPM+CA"] - a["+TPG+CA"], a["+CPM+PA+CA"] - a["+TPG+PA+CA"]),
+        lambda t4: f"+CPM+CA {t4['+CPM+CA']:.2f} vs +TPG+CA {t4['+TPG+CA']:.2f}; +CPM+PA+CA {t4['+CPM+PA+CA']:.2f} "
+                   f"vs +TPG+PA+CA {t4['+TPG+PA+CA']:.2f}"))
+    claims.append(t4_seeds.claim(
+        "every global component adds accuracy: Base < +CPM+CA < +PTA < +PA < +KP (Table IV)",
+        "66.78 < 68.89 < 69.51 < 70.42 < 70.81", lambda a: each_adds(a, chain4),
+        lambda t4: " / ".join(f"{t4[r]:.2f}" for r in chain4), "margin: the smallest step of the chain"))
     fedavg_chain = ("+FT_CE", "+PMI+FT_CE", "+PMI+FT_CE+Align")
     cspc_chain = ("FedCSPC +FT_CE", "FedCSPC +PMI+FT_CE", "FedCSPC +PMI+FT_CE+Align")
-    claims.append(
-        Claim(
-            "PMI and Align each improve personalization, on FedAvg and on FedCSPC (Table V)",
-            "FedAvg 64.31 -> 65.12 -> 66.74; FedCSPC 66.98 -> 68.02 -> 69.81",
-            f"FedAvg {t5['+FT_CE']:.2f} -> {t5['+PMI+FT_CE']:.2f} -> {t5['+PMI+FT_CE+Align']:.2f}; FedCSPC "
-            f"{t5['FedCSPC +FT_CE']:.2f} -> {t5['FedCSPC +PMI+FT_CE']:.2f} -> {t5['FedCSPC +PMI+FT_CE+Align']:.2f}",
-            t5["+FT_CE"] < t5["+PMI+FT_CE"] < t5["+PMI+FT_CE+Align"]
-            and t5["FedCSPC +FT_CE"] < t5["FedCSPC +PMI+FT_CE"] < t5["FedCSPC +PMI+FT_CE+Align"],
-            "margin: the smallest step of either chain",
-            margins=rows_of(TABLE5)(lambda a: min(each_adds(a, fedavg_chain), each_adds(a, cspc_chain))),
-        )
-    )
-    gains = {b: 100 * (mean_std(w, "acc_global")[0] - mean_std(a, "acc_global")[0]) for b, (a, w) in table6.items()}
-    claims.append(
-        Claim(
-            "pFedCSPC improves the global model of other local objectives (Table VI)",
-            "CIFAR-10: FedProx +1.91, MOON +2.38, FedASAM +2.17",
-            ", ".join(f"{LABELS[b]} {g:+.2f}" for b, g in gains.items()),
-            all(g > 0 for g in gains.values()),
-            margins=PerSeed({(b, k): recs for b, pair in table6.items() for k, recs in zip(("alone", "with"), pair)},
-                            "acc_global")(lambda a: min(a[(b, "with")] - a[(b, "alone")] for b in table6)),
-        )
-    )
+    claims.append(rows_of(TABLE5).claim(
+        "PMI and Align each improve personalization, on FedAvg and on FedCSPC (Table V)",
+        "FedAvg 64.31 -> 65.12 -> 66.74; FedCSPC 66.98 -> 68.02 -> 69.81",
+        lambda a: min(each_adds(a, fedavg_chain), each_adds(a, cspc_chain)),
+        lambda t5: f"FedAvg {t5['+FT_CE']:.2f} -> {t5['+PMI+FT_CE']:.2f} -> {t5['+PMI+FT_CE+Align']:.2f}; FedCSPC "
+                   f"{t5['FedCSPC +FT_CE']:.2f} -> {t5['FedCSPC +PMI+FT_CE']:.2f} -> "
+                   f"{t5['FedCSPC +PMI+FT_CE+Align']:.2f}",
+        "margin: the smallest step of either chain"))
+    pairs = PerSeed({(b, k): recs for b, pair in table6.items() for k, recs in zip(("alone", "with"), pair)},
+                    "acc_global")
+    claims.append(pairs.claim(
+        "pFedCSPC improves the global model of other local objectives (Table VI)",
+        "CIFAR-10: FedProx +1.91, MOON +2.38, FedASAM +2.17",
+        lambda a: min(a[(b, "with")] - a[(b, "alone")] for b in table6),
+        lambda g: ", ".join(f"{LABELS[b]} {g[(b, 'with')] - g[(b, 'alone')]:+.2f}" for b in table6)))
     claims.append(table7_claim(table7, table7_runs))
     return claims
 
