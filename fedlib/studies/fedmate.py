@@ -147,8 +147,6 @@ def verdicts(table1: dict, table2: dict, repeat: dict | None, cft: dict | None, 
     ``repeat``: {(method, ratio): records} (Fig. 5); ``cft``: {"with": records, "without": records}."""
     from fedlib.studies.verdicts import PerSeed
 
-    claims = []
-    wins = []
     t1_seed = PerSeed({(cell, r): recs for cell, rows in table1.items() for r, recs in rows.items()},
                       "personal_global_acc")
 
@@ -156,90 +154,68 @@ def verdicts(table1: dict, table2: dict, repeat: dict | None, cft: dict | None, 
         return min(a[(cell, "fedmate")] - max(a[(cell, r)] for r in rows if r in TABLE1 and r != "fedmate")
                    for cell, rows in table1.items())
 
-    for cell, rows in table1.items():
-        acc = {r: 100 * mean_std(recs, "personal_global_acc")[0] for r, recs in rows.items() if r in TABLE1}
-        rival = max((r for r in acc if r != "fedmate"), key=acc.__getitem__)   # never FedMate against itself
-        wins.append((cell, rival, acc))
-    best_cells = [c for c, rival, acc in wins if acc["fedmate"] > acc[rival]]
-    cell, rival, acc = min(wins, key=lambda w: w[2]["fedmate"] - w[2][w[1]])
-    closest = "largest shortfall" if acc["fedmate"] < acc[rival] else "smallest lead"
-    claims.append(
-        Claim(
-            "FedMate generalizes best: highest accuracy of the personalized models on a balanced test (Table 1)",
-            "best in 7 of 8 columns (FedPAC wins CINIC-10 s=10)",
-            f"best in {len(best_cells)} of {len(wins)} cells; {closest} {cell[0].upper()} s={cell[1]}: "
-            f"FedMate {acc['fedmate']:.2f} vs {LABELS[rival]} {acc[rival]:.2f}",
-            len(best_cells) == len(wins),
-            margins=t1_seed(fedmate_best),
-        )
-    )
+    def table1_words(a):   # cells won, and the closest cell (never FedMate against itself)
+        wins = []
+        for cell, rows in table1.items():
+            rival = max((r for r in rows if r in TABLE1 and r != "fedmate"), key=lambda r: a[(cell, r)])
+            wins.append((a[(cell, "fedmate")] - a[(cell, rival)], cell, rival))
+        lead, cell, rival = min(wins)
+        return (f"best in {sum(w > 0 for w, _, _ in wins)} of {len(wins)} cells; "
+                f"{'largest shortfall' if lead < 0 else 'smallest lead'} {cell[0].upper()} s={cell[1]}: "
+                f"FedMate {a[(cell, 'fedmate')]:.2f} vs {LABELS[rival]} {a[(cell, rival)]:.2f}")
+
+    claims = [t1_seed.claim("FedMate generalizes best: highest accuracy of the personalized models on a balanced "
+                            "test (Table 1)", "best in 7 of 8 columns (FedPAC wins CINIC-10 s=10)", fedmate_best,
+                            table1_words)]
+
+    def lead(a):
+        return a["fedmate"] - max(v for m, v in a.items() if m != "fedmate")
+
+    def lead_words(a):
+        other = max((m for m in a if m != "fedmate"), key=a.__getitem__)
+        return f"FedMate {a['fedmate']:.2f}; best other {LABELS[other]} {a[other]:.2f}"
+
     for ds, rows in table2.items():
-        acc = {m: 100 * mean_std(recs, "personal_local_acc")[0] for m, recs in rows.items()}
-        best = max(acc, key=acc.__getitem__)
-        other = max((m for m in acc if m != "fedmate"), key=acc.__getitem__)
-        claims.append(Claim(f"FedMate adapts best to local data (Table 2, {ds.upper()})",
-                            "CIFAR-10 92.18 vs FedPAC 91.71, FedRep 91.45",
-                            f"FedMate {acc['fedmate']:.2f}; best other {LABELS[other]} {acc[other]:.2f}",
-                            best == "fedmate",
-                            margins=PerSeed(rows, "personal_local_acc")(
-                                lambda a: a["fedmate"] - max(v for m, v in a.items() if m != "fedmate"))))
-    ok, text = [], []
-    for cell, rows in table1.items():
-        acc = {r: 100 * mean_std(recs, "personal_global_acc")[0] for r, recs in rows.items()}
-        if all(r in acc for r in ABLATION):
-            ok.append(acc["+MPS+CFT"] > acc["Backbone"] and acc["+CCI+CCF"] > acc["Backbone"] and
-                      acc["fedmate"] >= max(acc["+MPS+CFT"], acc["+CCI+CCF"]))
-            text.append(
-                f"{cell[0].upper()} s={cell[1]}: " + " / ".join(f"{acc[r]:.2f}" for r in (*ABLATION, "fedmate"))
-            )
-    if ok:
-        claims.append(
-            Claim(
-                "each pair of modules improves on the backbone and all four together are best (Table 1 ablation)",
-                "CIFAR-10 s=10: 39.11 / 50.17 / 52.17 / 55.05",
-                "; ".join(text) + " (Backbone / +MPS+CFT / +CCI+CCF / FedMate)",
-                all(ok),
-                margins=t1_seed(lambda a: min(
-                    min(a[(c, "+MPS+CFT")] - a[(c, "Backbone")], a[(c, "+CCI+CCF")] - a[(c, "Backbone")],
-                        a[(c, "fedmate")] - max(a[(c, "+MPS+CFT")], a[(c, "+CCI+CCF")]))
-                    for c, rows in table1.items() if all(r in rows for r in ABLATION))),
-            )
-        )
+        claims.append(PerSeed(rows, "personal_local_acc").claim(
+            f"FedMate adapts best to local data (Table 2, {ds.upper()})",
+            "CIFAR-10 92.18 vs FedPAC 91.71, FedRep 91.45", lead, lead_words))
+    with_ablation = [cell for cell, rows in table1.items() if all(r in rows for r in ABLATION)]
+    if with_ablation:
+        def modules_add(a):   # each pair above the backbone, all four above each pair, in every cell
+            return min(min(a[(c, "+MPS+CFT")] - a[(c, "Backbone")], a[(c, "+CCI+CCF")] - a[(c, "Backbone")],
+                           a[(c, "fedmate")] - max(a[(c, "+MPS+CFT")], a[(c, "+CCI+CCF")])) for c in with_ablation)
+
+        claims.append(t1_seed.claim(
+            "each pair of modules improves on the backbone and all four together are best (Table 1 ablation)",
+            "CIFAR-10 s=10: 39.11 / 50.17 / 52.17 / 55.05", modules_add,
+            lambda a: "; ".join(f"{c[0].upper()} s={c[1]}: " + " / ".join(f"{a[(c, r)]:.2f}" for r in
+                                                                          (*ABLATION, "fedmate"))
+                                for c in with_ablation) + " (Backbone / +MPS+CFT / +CCI+CCF / FedMate)"))
     ratios = sorted({ratio for _, ratio in repeat or {}})
     if repeat and len(ratios) > 1:
         lo, hi = ratios[0], ratios[-1]
         methods = list(dict.fromkeys(m for m, _ in repeat))
-        acc = {k: 100 * mean_std(recs, "personal_global_acc")[0] for k, recs in repeat.items()}
-        drops = {m: acc[(m, lo)] - acc[(m, hi)] for m in methods}
 
         def least_drop(a):   # the smallest drop among the others minus FedMate's drop (points)
             return min(a[(m, lo)] - a[(m, hi)] for m in methods if m != "fedmate") - (a[("fedmate", lo)] -
                                                                                         a[("fedmate", hi)])
 
-        claims.append(Claim("FedMate is the most robust to clients with repeated samples (Fig. 5)",
-                            "CINIC-10 s=50: FedMate degrades least from 10% to 50% repeats",
-                            "accuracy drop from the lowest to the highest repeat ratio: "
-                            + ", ".join(f"{LABELS[m]} {d:.2f}" for m, d in drops.items()),
-                            min(drops, key=drops.__getitem__) == "fedmate",
-                            margins=PerSeed({k: v for k, v in repeat.items() if k[1] in (lo, hi)},
-                                            "personal_global_acc")(least_drop)))
+        claims.append(PerSeed({k: v for k, v in repeat.items() if k[1] in (lo, hi)}, "personal_global_acc").claim(
+            "FedMate is the most robust to clients with repeated samples (Fig. 5)",
+            "CINIC-10 s=50: FedMate degrades least from 10% to 50% repeats", least_drop,
+            lambda a: "accuracy drop from the lowest to the highest repeat ratio: "
+                      + ", ".join(f"{LABELS[m]} {a[(m, lo)] - a[(m, hi)]:.2f}" for m in methods)))
     if cft:
         with_, without = cft["with"], cft["without"]
         sent = lambda recs: float(np.mean([row["uploaded_per_client"] for row in recs[0]["history"]]))  # noqa: E731
-        a_w, a_wo = (100 * mean_std(r, "personal_global_acc")[0] for r in (with_, without))
-        claims.append(
-            Claim(
-                "skipping extractor uploads (CFT) saves communication without costing accuracy (Section 3.4)",
-                "equivalent total communication cost (Appx. 2, not in our text)",
-                f"uploaded per client and round {sent(with_):,.0f} vs {sent(without):,.0f}; accuracy "
-                f"{a_w:.2f} vs {a_wo:.2f}",
-                sent(with_) < sent(without) and a_w >= a_wo - 1.0,
-                "holds here means: fewer numbers sent and accuracy within 1 point; margin: the smaller of the "
-                "share of numbers saved (%) and accuracy with minus without plus 1 point",
-                margins=PerSeed({"with": with_, "without": without}, "personal_global_acc")(
-                    lambda a: min(100 * (1 - sent(with_) / sent(without)), a["with"] - a["without"] + 1.0)),
-            )
-        )
+        claims.append(PerSeed({"with": with_, "without": without}, "personal_global_acc").claim(
+            "skipping extractor uploads (CFT) saves communication without costing accuracy (Section 3.4)",
+            "equivalent total communication cost (Appx. 2, not in our text)",
+            lambda a: min(100 * (1 - sent(with_) / sent(without)), a["with"] - a["without"] + 1.0),
+            lambda a: f"uploaded per client and round {sent(with_):,.0f} vs {sent(without):,.0f}; accuracy "
+                      f"{a['with']:.2f} vs {a['without']:.2f}",
+            "holds here means: fewer numbers sent and accuracy within 1 point; margin: the smaller of the share of "
+            "numbers saved (%) and accuracy with minus without plus 1 point"))
     return claims
 
 
