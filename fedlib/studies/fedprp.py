@@ -214,29 +214,26 @@ def verdicts(table1: dict, table2: dict, table5: dict, table3: dict | None, abla
     def fedprp_best(a):
         return a["fedprp"] - max(v for m, v in a.items() if m != "fedprp")
 
+    def ours(means):
+        runner = max((m for m in means if m != "fedprp"), key=means.__getitem__)
+        return f"FedPRP {means['fedprp']:.2f}; best other {LABELS[runner]} {means[runner]:.2f}"
+
     claims = []
     for name, table, metric, paper in (
         ("A_loc under sharding (Table I)", table1, "a_loc", "74.28 vs FEDIC 60.11 (s=4, gamma=0.1)"),
         ("A_glo under Dirichlet skew (Table II)", table2, "a_glo", "60.71 vs FEDIC 57.01 (alpha=0.4, gamma=0.1)"),
         ("A_sel under Dirichlet skew (Table V)", table5, "a_sel", "60.65 vs FEDIC 60.26 (alpha=0.4, gamma=0.1)"),
     ):
-        def ours(means):
-            runner = max((m for m in means if m != "fedprp"), key=means.__getitem__)
-            return f"FedPRP {means['fedprp']:.2f}; best other {LABELS[runner]} {means[runner]:.2f}"
-
         claims.append(per_seed(table, metric).claim(f"FedPRP has the best {name}", paper, fedprp_best, ours))
     if "fedprp" in table1 and "personal_own_acc@restricted" in table1["fedprp"][0]["final"]:
-        own = per_seed({"fedprp": table1["fedprp"]}, "personal_own_acc@restricted").by_seed
-        balanced = per_seed({"fedprp": table1["fedprp"]}, "a_loc").by_seed
-        code = val(table1["fedprp"], "personal_own_acc@restricted")
-        text = val(table1["fedprp"], "a_loc")
-        claims.append(Claim("the size of Table I's A_loc comes from the official code's protocol (own-class test "
-                            "images, prediction among the client's classes), not the balanced test of the text",
-                            "FedPRP 74-84% on CIFAR-10 with 4-5 classes per client",
-                            f"FedPRP A_loc {text:.2f} on the balanced test vs {code:.2f} under the code's protocol",
-                            code > text + 10, "holds here means: the code's protocol adds more than 10 points",
-                            margins={seed: own[seed]["fedprp"] - balanced[seed]["fedprp"] - 10
-                                     for seed in own if seed in balanced}, hypothesis=True))
+        protocols = per_seed({"code": table1["fedprp"], "text": table1["fedprp"]},
+                             {"code": "personal_own_acc@restricted", "text": "a_loc"})
+        claims.append(protocols.claim(
+            "the size of Table I's A_loc comes from the official code's protocol (own-class test images, prediction "
+            "among the client's classes), not the balanced test of the text",
+            "FedPRP 74-84% on CIFAR-10 with 4-5 classes per client", lambda a: a["code"] - a["text"] - 10,
+            lambda a: f"FedPRP A_loc {a['text']:.2f} on the balanced test vs {a['code']:.2f} under the code's protocol",
+            "holds here means: the code's protocol adds more than 10 points", hypothesis=True))
     if table3:
         for part, by_method in table3.items():
             if all(by_method[m] == table2.get(m) for m in by_method):   # Table II's runs and metric: counted once
@@ -244,36 +241,30 @@ def verdicts(table1: dict, table2: dict, table5: dict, table3: dict | None, abla
                 table2_claim.note = (table2_claim.note + "; " if table2_claim.note else "") + (
                     f"also Table III's {part} column (the same runs and metric: one comparison, counted once)")
                 continue
-            groups = {m: (val(r, "a_glo"), val(r, "global_few")) for m, r in by_method.items()}
-            best_all = max(groups, key=lambda m: groups[m][0])
-            claims.append(Claim(f"FedPRP has the best overall A_glo on the long tail, {part} (Table III)",
-                                f"{part}: FedPRP {PAPER_T3[part]['fedprp'][0]} vs best other "
-                                f"{max(v[0] for k, v in PAPER_T3[part].items() if k != 'fedprp')}",
-                                f"FedPRP {groups['fedprp'][0]:.2f} (Few {groups['fedprp'][1]:.2f}); best "
-                                f"{LABELS[best_all]} {groups[best_all][0]:.2f}", best_all == "fedprp",
-                                margins=per_seed(by_method, "a_glo")(fedprp_best)))
+
+            def groups_words(a, by_method=by_method):
+                best = max(a, key=a.__getitem__)
+                return (f"FedPRP {a['fedprp']:.2f} (Few {val(by_method['fedprp'], 'global_few'):.2f}); best "
+                        f"{LABELS[best]} {a[best]:.2f}")
+
+            claims.append(per_seed(by_method, "a_glo").claim(
+                f"FedPRP has the best overall A_glo on the long tail, {part} (Table III)",
+                f"{part}: FedPRP {PAPER_T3[part]['fedprp'][0]} vs best other "
+                f"{max(v[0] for k, v in PAPER_T3[part].items() if k != 'fedprp')}", fedprp_best, groups_words))
     if ablation:
-        v = {row: (val(r, "a_loc"), val(r, "a_glo")) for row, r in ablation.items()}
-        full = v["FedPRP"]
-        ok = all(full[0] > v[row][0] for row in v if row != "FedPRP")
-        claims.append(Claim("both new terms help: FedPRP beats CE only, w/o L_ID and w/o L_IC (Table VIII)",
-                            "A_loc 79.73 vs 60.95 / 79.21 / 73.54",
-                            "A_loc " + " / ".join(f"{row} {a:.2f}" for row, (a, _) in v.items()), ok,
-                            margins=per_seed(ablation, "a_loc")(
-                                lambda a: min(a["FedPRP"] - x for row, x in a.items() if row != "FedPRP"))))
+        claims.append(per_seed(ablation, "a_loc").claim(
+            "both new terms help: FedPRP beats CE only, w/o L_ID and w/o L_IC (Table VIII)",
+            "A_loc 79.73 vs 60.95 / 79.21 / 73.54",
+            lambda a: min(a["FedPRP"] - x for row, x in a.items() if row != "FedPRP"),
+            lambda a: "A_loc " + " / ".join(f"{row} {x:.2f}" for row, x in a.items())))
     if new_clients:
-        loc = {m: val(r, "a_loc") for m, r in new_clients.items()}
-        best_loc = max(loc, key=loc.__getitem__)
-        other = max((m for m in loc if m != "fedprp"), key=loc.__getitem__)
-        claims.append(Claim("new clients do best with FedPRP after one round (Table VII)",
-                            "A_loc 77.89 vs FedProx 66.36",
-                            f"FedPRP {loc['fedprp']:.2f}; best other {LABELS[other]} {loc[other]:.2f}",
-                            best_loc == "fedprp", margins=per_seed(new_clients, "a_loc")(fedprp_best)))
+        claims.append(per_seed(new_clients, "a_loc").claim(
+            "new clients do best with FedPRP after one round (Table VII)", "A_loc 77.89 vs FedProx 66.36", fedprp_best,
+            ours))
     if beta and 0.1 in beta and 0.9 in beta:
-        b = {k: val(r, "a_glo") for k, r in beta.items()}
-        claims.append(Claim("a slow prototype average (beta = 0.9) beats a fast one (beta = 0.1) (Fig. 7)", PAPER_BETA,
-                            " / ".join(f"beta={k}: {x:.2f}" for k, x in sorted(b.items())), b[0.9] > b[0.1],
-                            margins=per_seed(beta, "a_glo")(lambda a: a[0.9] - a[0.1])))
+        claims.append(per_seed(beta, "a_glo").claim(
+            "a slow prototype average (beta = 0.9) beats a fast one (beta = 0.1) (Fig. 7)", PAPER_BETA,
+            lambda a: a[0.9] - a[0.1], lambda a: " / ".join(f"beta={k}: {x:.2f}" for k, x in sorted(a.items()))))
     return claims
 
 
