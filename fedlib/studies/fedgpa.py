@@ -122,7 +122,6 @@ def verdicts(runs: dict, settings, s_values, methods, ablation: dict | None = No
     from fedlib.studies.common import Claim, entropy_rows, mean_std
     from fedlib.studies.verdicts import PerSeed
 
-    acc = {k: 100 * mean_std(v, metric)[0] for k, v in runs.items()}
     per_seed = PerSeed(runs, metric)
     cells = [(st, s) for st in settings for s in s_values]
     claims = []
@@ -132,75 +131,69 @@ def verdicts(runs: dict, settings, s_values, methods, ablation: dict | None = No
         def best_everywhere(a):   # FedGPA minus the best other method, in its worst cell
             return min(a[("fedgpa", *c)] - max(a[(m, *c)] for m in others) for c in cells) if others else 0.0
 
-        best = {c: max(methods, key=lambda m: acc[(m, *c)]) for c in cells}
-        wins = [c for c in cells if best[c] == "fedgpa"]
-        worst_gap = min(cells, key=lambda c: acc[("fedgpa", *c)] - acc[(best[c], *c)])
-        claims.append(Claim(
+        def wins_words(a):
+            best = {c: max(methods, key=lambda m: a[(m, *c)]) for c in cells}
+            worst = min(cells, key=lambda c: a[("fedgpa", *c)] - a[(best[c], *c)])
+            return (f"best in {sum(best[c] == 'fedgpa' for c in cells)} of {len(cells)} cells; largest shortfall: "
+                    f"Setting {worst[0]}, s={worst[1]}: FedGPA {a[('fedgpa', *worst)]:.2f} vs {LABELS[best[worst]]} "
+                    f"{a[(best[worst], *worst)]:.2f}")
+
+        claims.append(per_seed.claim(
             "FedGPA has the highest accuracy of all methods in every setting and s (Tables 2, 4, 5)",
-            "FMNIST: best in all 6 cells, e.g. Setting 1, s=20: 90.04 vs FedPAC 89.66",
-            f"best in {len(wins)} of {len(cells)} cells; largest shortfall: Setting {worst_gap[0]}, s={worst_gap[1]}: "
-            f"FedGPA {acc[('fedgpa', *worst_gap)]:.2f} vs {LABELS[best[worst_gap]]} "
-            f"{acc[(best[worst_gap], *worst_gap)]:.2f}", len(wins) == len(cells), margins=per_seed(best_everywhere)))
+            "FMNIST: best in all 6 cells, e.g. Setting 1, s=20: 90.04 vs FedPAC 89.66", best_everywhere, wins_words))
     if len(s_values) > 1 and min(s_values) != max(s_values):
         lo, hi = min(s_values), max(s_values)
-        per_setting = {st: sum(acc[(m, st, lo)] > acc[(m, st, hi)] for m in methods) for st in settings}
 
         def most_higher_at_lo(a):   # the (half + 1)-th largest gain of s=lo over s=hi, worst setting
             k = len(methods) // 2
             return min(sorted((a[(m, st, lo)] - a[(m, st, hi)] for m in methods), reverse=True)[k] for st in settings)
 
-        claims.append(Claim(
+        claims.append(per_seed.claim(
             f"most methods are more accurate at s={lo} than at s={hi} (stronger skew, more local structure)",
-            "FMNIST Setting 1: 8 of 10 methods higher at s=20",
-            "; ".join(f"Setting {st}: {n} of {len(methods)}" for st, n in per_setting.items()),
-            all(n > len(methods) / 2 for n in per_setting.values()), margins=per_seed(most_higher_at_lo)))
+            "FMNIST Setting 1: 8 of 10 methods higher at s=20", most_higher_at_lo,
+            lambda a: "; ".join(f"Setting {st}: {sum(a[(m, st, lo)] > a[(m, st, hi)] for m in methods)} of "
+                                f"{len(methods)}" for st in settings)))
         if {"fedavg", "fedavg_ft"} <= set(methods):
             def ft_helps_then_hurts(a):
                 return min(min(a[("fedavg_ft", st, lo)] - a[("fedavg", st, lo)],
                                a[("fedavg", st, hi)] - a[("fedavg_ft", st, hi)]) for st in settings)
 
-            claims.append(Claim(
+            claims.append(per_seed.claim(
                 f"FedAvg-FT beats FedAvg at s={lo} but fine-tuning hurts at s={hi}",
-                "FMNIST Setting 1: +1.94 at s=20, -1.05 at s=80",
-                "; ".join(f"Setting {st}: {acc[('fedavg_ft', st, lo)] - acc[('fedavg', st, lo)]:+.2f} / "
-                          f"{acc[('fedavg_ft', st, hi)] - acc[('fedavg', st, hi)]:+.2f}" for st in settings),
-                ft_helps_then_hurts(acc) > 0, margins=per_seed(ft_helps_then_hurts)))
+                "FMNIST Setting 1: +1.94 at s=20, -1.05 at s=80", ft_helps_then_hurts,
+                lambda a: "; ".join(f"Setting {st}: {a[('fedavg_ft', st, lo)] - a[('fedavg', st, lo)]:+.2f} / "
+                                    f"{a[('fedavg_ft', st, hi)] - a[('fedavg', st, hi)]:+.2f}" for st in settings)))
     single = [m for m in ("fedavg", "fedprox", "scaffold") if m in methods]
     split = [m for m in ("fedbabu", "fedpac", "fedgpa") if m in methods]
     if single and split:
-        def split_ahead(a):
-            return min(max(a[(m, *c)] for m in split) - max(a[(m, *c)] for m in single) for c in cells)
+        def split_gaps(a):
+            return [max(a[(m, *c)] for m in split) - max(a[(m, *c)] for m in single) for c in cells]
 
-        gaps = [max(acc[(m, *c)] for m in split) - max(acc[(m, *c)] for m in single) for c in cells]
-        claims.append(Claim(
+        claims.append(per_seed.claim(
             "methods with one global model (FedAvg, FedProx, SCAFFOLD) fall behind the split-model PFL methods",
-            "FMNIST Setting 1, s=20: best global 88.70 vs best PFL 90.04",
-            f"best split-model method minus best global method: {min(gaps):+.2f} to {max(gaps):+.2f} points over "
-            f"{len(cells)} cells", min(gaps) > 0, margins=per_seed(split_ahead)))
+            "FMNIST Setting 1, s=20: best global 88.70 vs best PFL 90.04", lambda a: min(split_gaps(a)),
+            lambda a: f"best split-model method minus best global method: {min(split_gaps(a)):+.2f} to "
+                      f"{max(split_gaps(a)):+.2f} points over {len(cells)} cells"))
     older = [m for m in ("fedper", "lg_fedavg") if m in methods]
     newer = [m for m in ("fedbabu", "fedpac") if m in methods]
     if older and newer:
-        def newer_ahead(a):
-            return min(min(a[(m, *c)] for m in newer) - max(a[(m, *c)] for m in older) for c in cells)
+        def newer_gaps(a):
+            return [min(a[(m, *c)] for m in newer) - max(a[(m, *c)] for m in older) for c in cells]
 
-        gaps = [min(acc[(m, *c)] for m in newer) - max(acc[(m, *c)] for m in older) for c in cells]
-        claims.append(Claim(
+        claims.append(per_seed.claim(
             "FedPer and LG-FedAvg are below FedBABU and FedPAC",
-            "FMNIST Setting 1, s=20: 86.35 / 83.08 vs 88.83 / 89.66",
-            f"worse of FedBABU/FedPAC minus better of FedPer/LG-FedAvg: {min(gaps):+.2f} to {max(gaps):+.2f}",
-            min(gaps) > 0, margins=per_seed(newer_ahead)))
+            "FMNIST Setting 1, s=20: 86.35 / 83.08 vs 88.83 / 89.66", lambda a: min(newer_gaps(a)),
+            lambda a: f"worse of FedBABU/FedPAC minus better of FedPer/LG-FedAvg: {min(newer_gaps(a)):+.2f} to "
+                      f"{max(newer_gaps(a)):+.2f}"))
     if ablation:
-        vals = [100 * mean_std(ablation[name], metric)[0] for name in ABLATION]
-
         def each_module_adds(a):
             rows = [a[name] for name in ABLATION]
             return min(b - x for x, b in zip(rows, rows[1:]))
 
-        claims.append(Claim(
+        claims.append(PerSeed(ablation, metric).claim(
             "each module adds accuracy: None < +LGA < +GPA(c) < +GPA(f) (Table 3)",
-            "FMNIST: " + " < ".join(f"{v[1]}" for v in ABLATION.values()),
-            " / ".join(f"{name} {v:.2f}" for name, v in zip(ABLATION, vals)),
-            all(b > a for a, b in zip(vals, vals[1:])), margins=PerSeed(ablation, metric)(each_module_adds)))
+            "FMNIST: " + " < ".join(f"{v[1]}" for v in ABLATION.values()), each_module_adds,
+            lambda a: " / ".join(f"{name} {a[name]:.2f}" for name in ABLATION)))
     if mu_runs:
         s_of = sorted({s for s, _ in mu_runs})
         mu_acc = {s: {mu: 100 * mean_std(recs, metric)[0] for (s_, mu), recs in mu_runs.items() if s_ == s}
