@@ -124,41 +124,34 @@ def verdicts(table2: dict, label_shift_runs: dict | None = None, t5_runs: dict |
     from fedlib.studies.common import Claim, mean_std
     from fedlib.studies.verdicts import PerSeed
 
-    acc = {k: 100 * mean_std(v)[0] for k, v in table2.items()}
     per_seed = PerSeed(table2)
-    claims = []
-    multi = {m: acc[("m", m)] for (bb, m) in table2 if bb == "m"}
-    best = max(multi, key=multi.__getitem__)
-    other = max((m for m in multi if m != "fedpcl"), key=multi.__getitem__)
+    multi = [m for (bb, m) in table2 if bb == "m"]
 
     def fedpcl_best(a):   # FedPCL minus the best other method, several backbones
         return a[("m", "fedpcl")] - max(a[("m", m)] for m in multi if m != "fedpcl")
 
-    claims.append(
-        Claim(
-            "FedPCL has the best average accuracy under feature shift with several backbones (Table 2)",
-            "Digit-5, m: FedPCL 55.34 vs FedProto 54.71, FedRep 49.61, FedAvg 46.83",
-            f"FedPCL {multi['fedpcl']:.2f}; best other {LABELS[other]} {multi[other]:.2f}",
-            best == "fedpcl",
-            f"with the InfoNCE denominators FedPCL reaches {fmt(mean_std(infonce))} over {len(infonce)} seeds"
-            if infonce
-            else "",
-            margins=per_seed(fedpcl_best),
-        )
-    )
-    gain = acc[("m", "fedpcl")] - acc[("s", "fedpcl")]
+    def best_words(a):
+        other = max((m for m in multi if m != "fedpcl"), key=lambda m: a[("m", m)])
+        return f"FedPCL {a[('m', 'fedpcl')]:.2f}; best other {LABELS[other]} {a[('m', other)]:.2f}"
+
+    claims = [per_seed.claim(
+        "FedPCL has the best average accuracy under feature shift with several backbones (Table 2)",
+        "Digit-5, m: FedPCL 55.34 vs FedProto 54.71, FedRep 49.61, FedAvg 46.83", fedpcl_best, best_words,
+        f"with the InfoNCE denominators FedPCL reaches {fmt(mean_std(infonce))} over {len(infonce)} seeds"
+        if infonce else "")]
     low, high = GAIN_OF_BACKBONES
 
     def within_stated_gain(a):   # inside the claim's own range: the distance to its nearer end
         g = a[("m", "fedpcl")] - a[("s", "fedpcl")]
         return min(g - low, high - g)
 
-    claims.append(Claim(
-        "several backbones beat one, by about 1-4 points for FedPCL (Table 2)",
-        "Digit-5: 52.83 -> 55.34 (+2.51)", f"{acc[('s', 'fedpcl')]:.2f} -> {acc[('m', 'fedpcl')]:.2f} ({gain:+.2f})",
-        low <= gain <= high, f"holds here means: a gain of {low:g} to {high:g} points, the claim's own range "
-                             "(margin: the distance inside its nearer end)",
-        margins=per_seed(within_stated_gain)))
+    claims.append(per_seed.claim(
+        "several backbones beat one, by about 1-4 points for FedPCL (Table 2)", "Digit-5: 52.83 -> 55.34 (+2.51)",
+        within_stated_gain,
+        lambda a: f"{a[('s', 'fedpcl')]:.2f} -> {a[('m', 'fedpcl')]:.2f} "
+                  f"({a[('m', 'fedpcl')] - a[('s', 'fedpcl')]:+.2f})",
+        f"holds here means: a gain of {low:g} to {high:g} points, the claim's own range (margin: the distance inside "
+        "its nearer end)"))
     sent = {m: table2[("m", m)][0]["history"][-1]["uploaded_per_client"] for m in ("fedpcl", "fedavg")}
     # "far fewer": at least 10 times fewer; the margin (in factors of ten, per seed's records) is deterministic
     ratios = {int(r["seed"]): np.log10(r["history"][-1]["uploaded_per_client"]) for r in table2[("m", "fedavg")]}
@@ -170,10 +163,9 @@ def verdicts(table2: dict, label_shift_runs: dict | None = None, t5_runs: dict |
         "margin: log10 of the ratio minus 1 (at least ten times fewer)",
         margins={seed: float(ratios[seed] - own[seed] - 1) for seed in ratios if seed in own}))
     if label_shift_runs:
-        sweep = {k: 100 * mean_std(v)[0] for k, v in label_shift_runs.items()}
-        alphas = sorted({x for kind, m, x in sweep if kind == "alpha" and m == "fedpcl"})
-        rivals = sorted({m for kind, m, _ in sweep if kind == "alpha" and m != "fedpcl"})
-        clients = sorted({x for kind, m, x in sweep if kind == "clients" and m == "fedpcl"})
+        alphas = sorted({x for kind, m, x in label_shift_runs if kind == "alpha" and m == "fedpcl"})
+        rivals = sorted({m for kind, m, _ in label_shift_runs if kind == "alpha" and m != "fedpcl"})
+        clients = sorted({x for kind, m, x in label_shift_runs if kind == "clients" and m == "fedpcl"})
 
         def best_at_every_alpha(a):   # FedPCL minus the best rival, at its worst alpha
             return min(a[("alpha", "fedpcl", x)] - max(a[("alpha", m, x)] for m in rivals) for x in alphas)
@@ -186,46 +178,41 @@ def verdicts(table2: dict, label_shift_runs: dict | None = None, t5_runs: dict |
 
         per_sweep = PerSeed(label_shift_runs)
         if alphas and rivals:
-            wins = [x for x in alphas if sweep[("alpha", "fedpcl", x)] > max(sweep[("alpha", m, x)] for m in rivals)]
-            claims.append(Claim(
+            def wins_words(a):
+                wins = [x for x in alphas if a[("alpha", "fedpcl", x)] > max(a[("alpha", m, x)] for m in rivals)]
+                return f"best at {len(wins)} of {len(alphas)} values of alpha" + (
+                    f" ({', '.join(map(str, wins))})" if wins else "")
+
+            claims.append(per_sweep.claim(
                 "FedPCL is best at every label-shift level alpha (Fig. 2a, against FedRep and Solo)",
-                "best for alpha in {0.5, 1, 2, 5, 10}",
-                f"best at {len(wins)} of {len(alphas)} values of alpha" + (f" ({', '.join(map(str, wins))})" if wins
-                                                                            else ""),
-                len(wins) == len(alphas), "margin: FedPCL minus the best rival at the worst alpha",
-                margins=per_sweep(best_at_every_alpha)))
+                "best for alpha in {0.5, 1, 2, 5, 10}", best_at_every_alpha, wins_words,
+                "margin: FedPCL minus the best rival at the worst alpha"))
         if clients:
-            gaps = {n: sweep[("clients", "fedpcl", n)] - sweep[("clients", "fedavg", n)] for n in clients}
-            claims.append(Claim(
+            claims.append(per_sweep.claim(
                 "FedPCL is about 15 points above FedAvg for 5 to 80 clients (Fig. 2b)",
-                "about +15 points at every number of clients",
-                ", ".join(f"m={n}: {g:+.1f}" for n, g in gaps.items()),
-                all(low15 <= g <= high15 for g in gaps.values()),
+                "about +15 points at every number of clients", about_15_above,
+                lambda a: ", ".join(f"m={n}: {a[('clients', 'fedpcl', n)] - a[('clients', 'fedavg', n)]:+.1f}"
+                                    for n in clients),
                 f"holds here means: {low15:g} to {high15:g} points above FedAvg at every number of clients (\"about "
-                "15\", read as within a third of it; margin: the distance inside the nearer end, worst case)",
-                margins=per_sweep(about_15_above)))
+                "15\", read as within a third of it; margin: the distance inside the nearer end, worst case)"))
     if t5_runs:
-        t5 = {loss: 100 * mean_std(v)[0] for loss, v in t5_runs.items()}
-        best5 = max(t5, key=t5.__getitem__)
-        claims.append(Claim(
+        claims.append(PerSeed(t5_runs).claim(
             "the prototype-wise contrastive loss beats CE, CE + ProtoDist and SupCon (Table 5)",
-            "45.22 vs 32.98 / 43.94 / 42.18",
-            " / ".join(f"{k} {v:.2f}" for k, v in t5.items()), best5 == "pcl",
-            margins=PerSeed(t5_runs)(lambda a: a["pcl"] - max(v for k, v in a.items() if k != "pcl"))))
+            "45.22 vs 32.98 / 43.94 / 42.18", lambda a: a["pcl"] - max(v for k, v in a.items() if k != "pcl"),
+            lambda a: " / ".join(f"{k} {v:.2f}" for k, v in a.items())))
     if t6_runs:
-        t6 = {k: 100 * mean_std(v)[0] for k, v in t6_runs.items()}
-        variants = list(dict.fromkeys(v for v, _ in t6))
-        settings = list(dict.fromkeys(s for _, s in t6))
+        variants = list(dict.fromkeys(v for v, _ in t6_runs))
+        settings = list(dict.fromkeys(s for _, s in t6_runs))
         both = "global and local"
 
         def both_best(a):   # both minus the better single kind, at the worst setting
             return min(a[(both, s)] - max(a[(v, s)] for v in variants if v != both) for s in settings)
 
-        claims.append(Claim(
+        claims.append(PerSeed(t6_runs).claim(
             "using both global and local prototypes beats either alone in all three settings (Table 6)",
-            "best in all three settings, by 0.3-2 points",
-            "; ".join(f"{s}: " + " / ".join(f"{t6[(v, s)]:.2f}" for v in variants) for s in settings)
-            + f" ({' / '.join(variants)})", both_best(t6) > 0, margins=PerSeed(t6_runs)(both_best)))
+            "best in all three settings, by 0.3-2 points", both_best,
+            lambda t6: "; ".join(f"{s}: " + " / ".join(f"{t6[(v, s)]:.2f}" for v in variants) for s in settings)
+            + f" ({' / '.join(variants)})"))
     return claims
 
 
