@@ -69,6 +69,25 @@ def write(record: dict, chapter: str, root: Path = RESULTS) -> Path:
     return path
 
 
+def write_diverged(cfg, message: str, chapter: str, scale: str, root: Path = RESULTS) -> Path:
+    """Record that ``cfg`` diverged (its loss became nan): ``results/<chapter>/diverged/<key>.json`` with the config
+    and the message, no metrics. A diverged run is deterministic, so the records command does not train it again
+    (a code change that alters it changes its key); a tuning grid reads it as a rate that scores nothing."""
+    from fedlib.experiment.records import code_version
+    from fedlib.store import atomic_json
+
+    path = root / chapter / "diverged" / f"{cfg.key()}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_json(path, {"key": cfg.key(), "config": cfg.flat(), "seed": cfg.seed, "scale": scale, "diverged": message,
+                       "code_version": code_version()})
+    return path
+
+
+def diverged_keys(chapter: str, root: Path = RESULTS) -> set[str]:
+    """The keys of the runs of ``chapter`` recorded as diverged (``write_diverged``)."""
+    return {p.stem for p in (root / chapter / "diverged").glob("*.json")}
+
+
 @dataclass
 class Stored:
     record: dict

@@ -107,3 +107,35 @@ def test_a_tuning_rate_that_diverges_scores_nothing_and_is_shown_as_diverged():
     (row,) = compare.tuning_rows(tuning, chosen)
     assert row["lr 0.03"] == "60.00" and row["lr 0.1"] == "diverged" and row["chosen"] == "lr 0.03"
     assert records_in(tuning) == [tuning[("dirichlet", "local", 0.03, None)][0]]
+
+
+def test_a_diverged_run_is_recorded_as_such_skipped_next_time_and_scores_nothing_in_the_tuning(tmp_path, monkeypatch,
+                                                                                                 capsys):
+    """The records command keeps a deterministic divergence (results/<chapter>/diverged/<key>.json: config and
+    message, no metrics, not a record) and does not train it again; the side-by-side tuning reads such a rate as
+    one that scores nothing, so its cell still chooses."""
+    from fedlib import results
+    from fedlib.experiment import make_config
+    from fedlib.studies.grid import record_grid
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    bad = make_config(method="fedavg", dataset="digits", partition={"name": "iid"}, num_clients=4, rounds=2,
+                      local_epochs=1, batch_size=32, lr=1e6)
+    first = record_grid([bad], "demo", workers=1, device="cpu", executor="sequential", root=tmp_path,
+                        cache_dir=tmp_path / "cache", scale="reference")
+    assert first["failed"] == 1 and results.diverged_keys("demo", tmp_path) == {bad.key()}
+    assert results.load("demo", tmp_path) == []   # no record
+    again = record_grid([bad], "demo", workers=1, device="cpu", executor="sequential", root=tmp_path,
+                        cache_dir=tmp_path / "cache", scale="reference")
+    assert again["failed"] == 0 and again["skipped"] == 1 and "1 recorded as diverged" in capsys.readouterr().out
+    # the tuning: every point of one cell recorded but lr 0.1, which diverged
+    tuning = compare.tuning_grid("reference")
+    cell = {k: cfgs for k, cfgs in tuning.items() if k[:2] == ("dirichlet", "local")}
+    for (_, _, lr, _), (cfg,) in cell.items():
+        if lr == 0.1:
+            results.write_diverged(cfg, "loss became nan", "compare", "reference", tmp_path)
+        else:
+            row = {"round": cfg.rounds, "personal_local_acc": 0.5 + lr}
+            results.write({"config": cfg.flat(), "key": cfg.key(), "seed": 0, "scale": "reference", "history": [row],
+                           "final": row}, "compare", tmp_path)
+    assert compare.recorded_choice("reference") == {("dirichlet", "local"): (0.03, None)}

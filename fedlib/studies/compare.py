@@ -164,13 +164,19 @@ def comparison_grid(scale: str, chosen: dict) -> dict:
 
 
 def recorded_choice(scale: str) -> dict:
-    """The choices the committed tuning records of ``scale`` make (every cell whose runs are all recorded)."""
+    """The choices the committed tuning records of ``scale`` make (every cell whose runs are all recorded, a run
+    recorded as diverged counting as one that scores nothing)."""
+    from fedlib import results
     from fedlib.studies.grid import stored_grid
 
-    stored = stored_grid("compare", tuning_grid(scale))
+    grid = tuning_grid(scale)
+    stored = stored_grid("compare", grid)
+    diverged = results.diverged_keys("compare", results.RESULTS)
     cells: dict = {}
     for (kind, m, lr, v), c in stored.items():
-        cells.setdefault((kind, m), {})[(kind, m, lr, v)] = c["records"]
+        (cfg,) = grid[(kind, m, lr, v)]
+        done = c["records"] or ([{"seed": 0, "diverged": True, "final": {}}] if cfg.key() in diverged else [])
+        cells.setdefault((kind, m), {})[(kind, m, lr, v)] = done
     complete = {k: runs for k, runs in cells.items() if all(runs.values())}
     return choose({key: recs for runs in complete.values() for key, recs in runs.items()})
 

@@ -228,6 +228,7 @@ def _record_job(configs: list[Config], chapter: str, root, deadline: float | Non
     checkpoints (a later call resumes them), write each finished record to ``results/<chapter>/``; returns
     per config (status, what to log): "done" with its final accuracies, "failed" with the error, "left"."""
     from fedlib import results
+    from fedlib.errors import TrainingDiverged
     from fedlib.experiment import run_many
 
     if batched:
@@ -239,6 +240,7 @@ def _record_job(configs: list[Config], chapter: str, root, deadline: float | Non
                 outcomes.append(run(cfg, cache_dir=cache_dir, progress=False))
             except Exception as exc:
                 outcomes.append(exc)
+    cfg_of = {id(outcome): cfg for cfg, outcome in zip(configs, outcomes)}
     out = []
     for outcome in outcomes:
         if isinstance(outcome, dict):
@@ -246,6 +248,8 @@ def _record_job(configs: list[Config], chapter: str, root, deadline: float | Non
             accs = {k: round(v, 4) for k, v in outcome["final"].items() if k.endswith("_acc")}
             out.append(("done", f"{outcome['wall_time_s']:.0f} s, final {json.dumps(accs)}"))
         elif isinstance(outcome, BaseException):
+            if isinstance(outcome, TrainingDiverged):   # deterministic: kept, so the grid says it and moves on
+                results.write_diverged(cfg_of[id(outcome)], str(outcome), chapter, scale, root or results.RESULTS)
             out.append(("failed", f"{type(outcome).__name__}: {outcome}"))
         else:
             out.append(("left", "stopped at the deadline; its checkpoint resumes it"))
@@ -281,13 +285,17 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
     deadline = None if deadline_s is None else start + deadline_s
     root = root or results.RESULTS
     have = {s.record["key"] for s in results.load(chapter, root) if not s.stale}
-    todo = [dataclasses.replace(c, device=device, executor=executor) for c in configs if c.key() not in have]
+    diverged = results.diverged_keys(chapter, root)   # deterministic failures, not trained again
+    todo = [dataclasses.replace(c, device=device, executor=executor) for c in configs
+            if c.key() not in have and c.key() not in diverged]
     for cfg in todo:   # every config is checked here, before any process starts
         validate(cfg)
     batched = executor == "batched"
     jobs = [[todo[i] for i in g] for g in lockstep_groups(todo, max_runs)] if batched else [[c] for c in todo]
-    log(f"{chapter} at scale {scale}: {len(configs)} configs, {len(configs) - len(todo)} already recorded, "
-        f"{len(todo)} to run on {device} ({executor}, {len(jobs)} job(s)) with {workers} worker(s)")
+    known = sum(c.key() in diverged for c in configs)
+    log(f"{chapter} at scale {scale}: {len(configs)} configs, {len(configs) - len(todo) - known} already recorded, "
+        + (f"{known} recorded as diverged, " if known else "")
+        + f"{len(todo)} to run on {device} ({executor}, {len(jobs)} job(s)) with {workers} worker(s)")
     counts = {"done": 0, "failed": 0, "left": 0}
     if not jobs:   # everything recorded: no worker process to start
         return {"done": 0, "failed": 0, "skipped": len(configs), "left": 0, "wall_s": time.time() - start}
