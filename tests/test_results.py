@@ -33,9 +33,18 @@ def per_chapter(paths, n=1):
 @pytest.mark.parametrize("path", per_chapter(COMMITTED), ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_committed_records_replay_on_cpu(path):
     """The first 2 rounds of a committed record, re-run on this CPU, match what was recorded within
-    results.TOLERANCE (float rounding on the same setup; a GPU record allows 2% / 2 points)."""
-    record = json.loads(path.read_text())
-    checks = results.replay(record, rounds=2)
+    results.TOLERANCE (float rounding on the same setup; a GPU record allows 2% / 2 points). The replay runs in a
+    fresh process, as the records command makes records: in the suite's process a FedPRP record of CReFF replayed
+    2e-7 off at round 1 and 3e-5 at round 2 after test_cli's refused runs had loaded FMNIST into the process's
+    dataset cache, while it replays bitwise in a fresh process (a float-rounding difference of the process's
+    state, not yet pinned down)."""
+    import subprocess
+    import sys
+
+    code = ("import json, sys; from fedlib import results; "
+            "print(json.dumps(results.replay(json.load(open(sys.argv[1])), rounds=2), default=str))")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+    checks = json.loads(out.stdout.strip().splitlines()[-1])
     assert checks and all(c["ok"] for c in checks), [c for c in checks if not c["ok"]]
 
 
