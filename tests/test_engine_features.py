@@ -217,3 +217,17 @@ def test_config_groups_participation_and_evaluation_and_keeps_flat_names_keys_an
     assert flat.updated(eval_every=3).evaluation.every == 3 and flat.evaluation.every == 2
     with pytest.raises(ConfigError, match="evaluation.each=2 is not allowed: a field of evaluation: every"):
         make_config(evaluation={"each": 2})
+
+
+def test_a_run_builds_its_method_once(monkeypatch):
+    """The key, the validation, the Federation and the record share the config's one method instance."""
+    import fedlib.methods
+
+    built = []
+    make = fedlib.methods.make_method
+    monkeypatch.setattr(fedlib.methods, "make_method", lambda *a, **k: built.append(a[0]) or make(*a, **k))
+    cfg = make_config(method="fedprox", dataset="digits", partition={"name": "dirichlet", "alpha": 0.5}, num_clients=4,
+                      rounds=1, local_epochs=1, batch_size=32, hyper={"mu": 0.1})
+    run(cfg, cache_dir=None, progress=False)
+    assert built == ["fedprox"]
+    assert cfg.updated(hyper={"mu": 0.2}).built_method().hp.mu == 0.2   # other hyperparameters: another method

@@ -120,9 +120,7 @@ class Config:
         """Hash of everything that changes the result. Fields left at their 'off' defaults are
         omitted so that adding a field keeps existing cache keys; the method's class versions
         (``Method.versions``) are included, so a change to one method recomputes only its records."""
-        from fedlib.methods import make_method
-
-        method = make_method(self.method, **self.hyper)
+        method = self.built_method()
         payload = {k: v for k, v in self.flat().items()
                    if k not in self.RUNTIME_FIELDS and not (k in OFF_BY_DEFAULT and v == OFF_BY_DEFAULT[k])}
         if not self.backbones:
@@ -130,6 +128,17 @@ class Config:
         payload["hyper"] = method.hp.keyed()  # defaults included (but for fields added later)
         payload["_method_versions"] = method.versions()
         return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def built_method(self):
+        """The config's method, built once per config and hyperparameters (a method holds only its
+        hyperparameters, so the key, the validation, the run and its record share one instance)."""
+        from fedlib.methods import make_method
+
+        token = json.dumps([self.method, self.hyper], sort_keys=True, default=str)
+        if self.__dict__.get("_built_for") != token:
+            self.__dict__["_built_method"] = make_method(self.method, **self.hyper)
+            self.__dict__["_built_for"] = token
+        return self.__dict__["_built_method"]
 
     def flat(self) -> dict:
         """The config as one flat dict (groups under their flat names): what records store and keys hash."""
@@ -239,7 +248,7 @@ def validate(cfg: Config) -> None:
     from fedlib.data import dataset_names
     from fedlib.data.partition import PARTITIONERS
     from fedlib.data.sources import check_data_options
-    from fedlib.methods import METHODS, make_method, secure_aggregation_groups
+    from fedlib.methods import METHODS, secure_aggregation_groups
     from fedlib.models import MODELS
 
     check_environment()
@@ -312,4 +321,4 @@ def validate(cfg: Config) -> None:
     if spec.check is not None:
         spec.check(vars(part), cfg.num_clients, cfg.rounds)
     resolve_metric_sets(ev.metric_sets())
-    make_method(cfg.method, **cfg.hyper)  # validates the hyperparameters
+    cfg.built_method()  # validates the hyperparameters

@@ -106,10 +106,8 @@ LOCKSTEP_CHECKPOINT_S = 60.0
 
 def lockstep_key(cfg: Config) -> str:
     """Configs with the same key can train in one batched step (``run_many``)."""
-    from fedlib.methods import make_method
-
     shared = {k: v for k, v in cfg.flat().items() if k not in PER_RUN_FIELDS}
-    shared["hyper"] = dataclasses.asdict(make_method(cfg.method, **cfg.hyper).hp)
+    shared["hyper"] = dataclasses.asdict(cfg.built_method().hp)
     return json.dumps(shared, sort_keys=True, default=str)
 
 
@@ -149,7 +147,6 @@ def _run_group(cfgs: list[Config], positions: list[int], out: list, cache_dir, p
     from fedlib.engine.executors import BatchedExecutor
     from fedlib.engine.lockstep import Lockstep
     from fedlib.engine.loop import remove_checkpoint
-    from fedlib.methods import make_method
     from fedlib.models import build_model
 
     cache = Path(cache_dir)
@@ -185,7 +182,7 @@ def _run_group(cfgs: list[Config], positions: list[int], out: list, cache_dir, p
             return
         if data.train_x.ndim == 4:   # the layout every trainer uses: one tensor shared by all runs
             data = dataclasses.replace(data, train_x=data.train_x.contiguous(memory_format=torch.channels_last))
-        method = make_method(todo[0][0].method, **todo[0][0].hyper)
+        method = first.built_method()
         shared: dict = {}
 
         def executor(setup, trainer, **_):

@@ -63,7 +63,6 @@ def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = "", 
     (``load_data``'s, possibly already on the device) and ``method``: shared with other runs (run-batched grids)."""
     from fedlib.data import federate
     from fedlib.engine.loop import Federation
-    from fedlib.methods import make_method
     from fedlib.models import build_model
 
     seed_everything(cfg.seed)
@@ -71,7 +70,7 @@ def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = "", 
     fed = federate(data, cfg.num_clients, cfg.partition, cfg.seed, device=cfg.device)
     seed_everything(cfg.seed)
     model = build_model(cfg.model, data.input_shape, data.num_classes, cfg.dataset).to(cfg.device)
-    method = make_method(cfg.method, **cfg.hyper) if method is None else method
+    method = cfg.built_method() if method is None else method
     check_allocation(method, data.num_classes, model.feature_dim,
                      sum(p.numel() * p.element_size() for p in model.parameters()), cfg)
     return Federation(fed, model, method, seed=cfg.seed, rounds=cfg.rounds, training=cfg.local_training(),

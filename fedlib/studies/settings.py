@@ -14,11 +14,10 @@ def protocol_rows(configs: dict, reported: dict[str, str]) -> tuple[list[dict], 
     family}), what the client does before evaluation and how a class is predicted. ``configs``: {method label:
     Config}. Returns (rows, a note naming each metric's test set)."""
     from fedlib.engine.evaluation import TEST_SETS, describe, family_parts
-    from fedlib.methods import make_method
 
     rows = []
     for label, cfg in configs.items():
-        method = make_method(cfg.method, **cfg.hyper)
+        method = cfg.built_method()
         said = {column: describe(method, cfg.evaluation.plan(), family, cfg.lr, cfg.local_epochs)
                 for column, family in reported.items()}
         row = {"method": label, **{f"{column}: model": d["model"] for column, d in said.items()}}
