@@ -216,11 +216,8 @@ def _replay(record: dict, rounds: int, device: str, executor: str) -> list[dict]
     recorded = {row["round"]: row for row in record["history"]}
     same = record.get("executor", "sequential") == executor and same_hardware(str(record.get("device", "")), device)
     checks = []
-    for t in range(min(rounds, cfg.rounds)):
-        row = fed.run_round(t)
-        if (t + 1) % cfg.evaluation.every == 0 or t + 1 == cfg.rounds:
-            row.update(fed.evaluate(t))
-        old = recorded.get(t + 1, {})
+    for row in fed.run(until=rounds):   # the rounds as the record's run played them: the one round loop
+        old = recorded.get(row["round"], {})
         for metric, value in row.items():
             if metric not in old or not isinstance(value, float) or not isinstance(old[metric], (int, float)):
                 continue
@@ -229,6 +226,6 @@ def _replay(record: dict, rounds: int, device: str, executor: str) -> list[dict]
                 continue
             diff = abs(value - old[metric]) / (abs(old[metric]) if kind == "loss" else 1.0)
             tol = TOLERANCE["same" if same else "cross"][kind]
-            checks.append({"round": t + 1, "metric": metric, "recorded": old[metric], "replayed": value,
+            checks.append({"round": row["round"], "metric": metric, "recorded": old[metric], "replayed": value,
                            "difference": diff, "tolerance": tol, "ok": math.isfinite(value) and diff <= tol})
     return checks

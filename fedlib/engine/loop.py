@@ -199,14 +199,16 @@ class Federation:
             self._save(done)
 
     # ------------------------------------------------------------------ the loop
-    def progress_bar(self):
-        return tqdm(range(self.start_round, self.rounds), initial=self.start_round, total=self.rounds,
-                    desc=self.desc or self.method.name, leave=False,
+    def progress_bar(self, until: int | None = None):
+        return tqdm(range(self.start_round, self.rounds if until is None else min(until, self.rounds)),
+                    initial=self.start_round, total=self.rounds, desc=self.desc or self.method.name, leave=False,
                     **({} if self.progress else {"disable": True}))  # TQDM_DISABLE=1 still applies
 
-    def run(self) -> list[dict]:
+    def run(self, until: int | None = None) -> list[dict]:
+        """Run (or resume) the rounds up to ``until`` (default: all of them; a replay runs the first few) and
+        return the history."""
         self._resume()
-        bar = self.progress_bar()
+        bar = self.progress_bar(until)
         try:
             for t in bar:
                 started = time.perf_counter()
