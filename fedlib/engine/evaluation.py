@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -28,7 +28,30 @@ from fedlib.errors import ConfigError
 from fedlib.metrics import accuracy, confusion, macro_f1, summarize
 
 if TYPE_CHECKING:
+    from fedlib.data.federated import FederatedData
+    from fedlib.engine.core import ClientSlot, Server
     from fedlib.engine.protocol import EvaluationPlan
+    from fedlib.engine.training import Trainer
+
+
+class Evaluated(Protocol):
+    """The narrow view of a federation the Evaluator (and the test sets' indices) take: what it evaluates
+    (the method, the server, the client slots and who trained last), with what (data, trainer, executor, the
+    global test indices) and the contexts a client would see. ``Federation`` is one; a Flower node's is another."""
+    method: Any
+    data: FederatedData
+    trainer: Trainer
+    executor: Any
+    server: Server
+    clients: list[ClientSlot]
+    last_participants: list[int]
+    global_test: torch.Tensor
+
+    def task(self, client: ClientSlot, t: int) -> ClientTask: ...
+
+    def context(self, task: ClientTask) -> ClientContext: ...
+
+    def anonymous_context(self, t: int, received: dict | None = None) -> ClientContext: ...
 
 MODELS = ("personal", "global")
 
@@ -38,7 +61,7 @@ class TestSet:
     """Test indices of a federation: one tensor shared by all clients, or one per client (``None``: the
     data has no such set, its families are left out)."""
     name: str
-    indices: Callable[[object], torch.Tensor | list[torch.Tensor] | None]   # Federation -> indices
+    indices: Callable[[Evaluated], torch.Tensor | list[torch.Tensor] | None]
     shared: bool = False
     description: str = ""                 # what a reader is told the test set is (protocol tables)
 
@@ -201,7 +224,7 @@ class Evaluator:
     (the uniform average of the evaluated clients' models) gives the global families; nothing of it is
     communicated. A method's ``prediction_variants`` add families "<family>@<variant>"."""
 
-    def __init__(self, federation, metric_sets: list[MetricSet], participants_only: bool = False,
+    def __init__(self, federation: Evaluated, metric_sets: list[MetricSet], participants_only: bool = False,
                  average_global: bool = False, finetune_epochs: int = 0):
         self.fed = federation
         self.sets = metric_sets
