@@ -91,16 +91,16 @@ def test_messages_round_trip_through_flower_records():
 @pytest.mark.parametrize("method, hyper", [("fedavg", {}), ("scaffold", {}), ("ditto", {}), ("fedproto", {}),
                                            ("fedpac", {}), ("fedgpa", {"mu": 0.4})])
 def test_flower_simulation_gives_the_in_process_records_and_sends_nothing_private(method, hyper, no_processes_left):
-    from fedlib.flower import apps
+    from fedlib.flower import serverapp
 
     cfg = digits_config(method, **hyper)
     local = run(cfg, cache_dir=None, progress=False)
-    apps.WIRE_TAP = []
+    serverapp.WIRE_TAP = []
     try:
         flower = run(dataclasses.replace(cfg, engine="flower"), cache_dir=None, progress=False)
-        wire = apps.WIRE_TAP
+        wire = serverapp.WIRE_TAP
     finally:
-        apps.WIRE_TAP = None
+        serverapp.WIRE_TAP = None
     assert flower["engine"] == "flower" and flower["executor"] == "flower" and local["engine"] == "inprocess"
     assert len(flower["history"]) == len(local["history"]) == 2
     for a, b in zip(local["history"], flower["history"]):
@@ -118,16 +118,16 @@ def test_flower_simulation_gives_the_in_process_records_and_sends_nothing_privat
 def test_a_node_holds_several_clients(no_processes_left):
     """Two virtual nodes for four clients (node p holds clients p and p + 2): the same records, one message per
     node and round."""
-    from fedlib.flower import apps
+    from fedlib.flower import serverapp
 
     cfg = digits_config("ditto")
     local = run(cfg, cache_dir=None, progress=False)
-    apps.WIRE_TAP = []
+    serverapp.WIRE_TAP = []
     try:
         fed = simulate(dataclasses.replace(cfg, engine="flower"), nodes=2, timeout=120)
-        wire = apps.WIRE_TAP
+        wire = serverapp.WIRE_TAP
     finally:
-        apps.WIRE_TAP = None
+        serverapp.WIRE_TAP = None
     for a, b in zip(local["history"], fed.history):
         assert_same_metrics(a, b)
     trains = [content for direction, kind, _, content in wire if (direction, kind) == ("to node", "train")]
@@ -144,7 +144,7 @@ def test_secagg_plus_gives_the_in_process_model_and_no_node_sends_its_vector_in_
     in the clear (the masked vector travels as bytes, unmasked only as the sum), and the clients' tasks hold only
     their envelopes."""
     from fedlib.experiment.runner import run_in_process
-    from fedlib.flower import apps
+    from fedlib.flower import serverapp
 
     cfg = dataclasses.replace(digits_config(method), secure_aggregation="secagg+")
     after_round_1: dict = {}
@@ -156,13 +156,13 @@ def test_secagg_plus_gives_the_in_process_model_and_no_node_sends_its_vector_in_
         return callback
 
     local = run_in_process(dataclasses.replace(cfg, secure_aggregation=None), callbacks=[keep_round_1("local")])
-    apps.WIRE_TAP = []
+    serverapp.WIRE_TAP = []
     try:
         fed = simulate(dataclasses.replace(cfg, engine="flower"), nodes=2, timeout=120,
                        callbacks=[keep_round_1("flower")])
-        wire = apps.WIRE_TAP
+        wire = serverapp.WIRE_TAP
     finally:
-        apps.WIRE_TAP = None
+        serverapp.WIRE_TAP = None
     gap = max(float((after_round_1["flower"][k] - v).abs().max()) for k, v in after_round_1["local"].items())
     assert 0 < gap < 2e-5, gap   # quantized (steps of 16 / 2**22 = 3.8e-6), so not bit-equal: a few steps apart
     for a, b in zip(local.history, fed.history):   # the second round's training carries the difference on (a
@@ -217,7 +217,7 @@ class InProcessGrid:
         from flwr.app import Error, Message
         from flwr.common.constant import ErrorCode
 
-        from fedlib.flower.apps import client_app
+        from fedlib.flower.clientapp import client_app
 
         ids = []
         for m in messages:
@@ -254,7 +254,7 @@ def test_a_lost_node_stops_the_run_or_its_clients_are_left_out_and_the_record_sa
     "continue" trains and evaluates rounds 2-3 without its clients, says so and records it (no Ray: the nodes'
     handlers answer in this process)."""
     from fedlib.experiment.records import record_of
-    from fedlib.flower.apps import serve
+    from fedlib.flower.serverapp import serve
 
     cfg = dataclasses.replace(digits_config("fedavg"), rounds=3, engine="flower")
     local = run(dataclasses.replace(cfg, engine="inprocess"), cache_dir=None, progress=False)
@@ -278,7 +278,7 @@ def test_a_lost_node_stops_the_run_or_its_clients_are_left_out_and_the_record_sa
 def test_secagg_plus_goes_on_without_a_node_lost_between_rounds(node_loss, server_process):
     """Node 3 of 3 (clients 2 and 5) is gone from round 2 on: it does not answer SecAgg+'s setup, so it leaves
     the round and the other two nodes' sum is unmasked; "stop" ends the run there, "continue" goes on."""
-    from fedlib.flower.apps import serve
+    from fedlib.flower.serverapp import serve
 
     cfg = dataclasses.replace(digits_config("fedavg"), num_clients=6, rounds=2, engine="flower",
                               secure_aggregation="secagg+")
@@ -293,7 +293,7 @@ def test_secagg_plus_goes_on_without_a_node_lost_between_rounds(node_loss, serve
 
 
 def test_node_config_names_the_clients_a_node_holds():
-    from fedlib.flower.apps import held_clients
+    from fedlib.flower.messages import held_clients
 
     assert held_clients({"clients": "3,7"}, 10) == [3, 7]
     assert held_clients({"clients": "0-2, 9"}, 10) == [0, 1, 2, 9]
@@ -307,7 +307,7 @@ def test_node_config_names_the_clients_a_node_holds():
 
 
 def test_an_undeclared_key_is_refused_before_it_travels():
-    from fedlib.flower.apps import UndeclaredKey, check_declared
+    from fedlib.flower.messages import UndeclaredKey, check_declared
     from fedlib.methods import make_method
 
     method = make_method("fedproto")
@@ -331,7 +331,8 @@ def test_command_line_engine_flower_writes_the_in_process_record(tmp_path, no_pr
 def test_a_client_that_raises_stops_the_run_with_its_error(no_processes_left):
     from flwr.clientapp import ClientApp
 
-    from fedlib.flower.apps import RUN, evaluate, query, train
+    from fedlib.flower.clientapp import evaluate, query, train
+    from fedlib.flower.messages import RUN
 
     faulty = ClientApp()
     faulty.query()(query)

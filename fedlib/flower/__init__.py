@@ -21,7 +21,9 @@ os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
 os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")   # no stack dump on SIGTERM: fedlib handles it
 
-from fedlib.flower.apps import STOP, ClientFailed, FlowerExecutor, client_app, make_server_app, server_app
+from fedlib.errors import ClientFailed
+from fedlib.flower.clientapp import client_app
+from fedlib.flower.serverapp import STOP, FlowerExecutor, make_server_app, server_app
 
 
 def _children() -> list:

@@ -1,4 +1,4 @@
-"""The audit of what a Flower run sent: every message the server sent and received (``apps.WIRE_TAP``) holds
+"""The audit of what a Flower run sent: every message the server sent and received (``serverapp.WIRE_TAP``) holds
 only its envelope's keys and the method's declared broadcast and upload keys, no key naming a model, state or
 data at any depth, no tensor with a per-sample dimension (a client's number of training or test samples), and
 evaluation replies are integer confusion counts; under SecAgg+ no node's reply carries a tensor in the clear.
@@ -28,7 +28,7 @@ def _require(condition: bool, what: str) -> None:
 
 
 def audit(wire: list, fed) -> dict[tuple[str, str], int]:
-    """Check every message of ``wire`` (as ``apps.WIRE_TAP`` records them) of a run of the Federation ``fed``;
+    """Check every message of ``wire`` (as ``serverapp.WIRE_TAP`` records them) of a run of the Federation ``fed``;
     the number of messages of each (direction, kind). Raises ``WireViolation`` naming the first offence."""
     from fedlib.engine.core import LocalResult
 
