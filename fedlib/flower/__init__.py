@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 
 os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -24,6 +25,7 @@ os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")   # no stack du
 from fedlib.errors import ClientFailed
 from fedlib.flower.clientapp import client_app
 from fedlib.flower.serverapp import STOP, FlowerExecutor, make_server_app, server_app
+from fedlib.store import atomic_text
 
 
 def _children() -> list:
@@ -68,9 +70,7 @@ def stoppable():
         while not done.wait(2.0):
             kids = [p for p in _children() if p.pid != reaper.pid]
             try:
-                with open(pidfile + ".tmp", "w") as f:
-                    f.writelines(f"{p.pid} {p.create_time()}\n" for p in kids)
-                os.replace(pidfile + ".tmp", pidfile)
+                atomic_text(Path(pidfile), "".join(f"{p.pid} {p.create_time()}\n" for p in kids))
             except Exception:   # a process that ended between listing and reading its start time
                 continue
 
