@@ -139,6 +139,14 @@ def per_seed(records: list[dict], metric: str = METRIC) -> dict[int, float]:
     return {int(r["seed"]): 100 * r["final"][metric] for r in records if r["final"].get(metric) is not None}
 
 
+def tuning_score(records: list[dict]) -> str:
+    """A tuning point as the tuning table shows it: "diverged", seed 0's validation score, or "-" (not recorded)."""
+    if any("diverged" in r for r in records):
+        return "diverged"
+    scores = per_seed(records)
+    return f"{scores[0]:.2f}" if 0 in scores else "-"
+
+
 def choose(tuning: dict) -> dict:
     """{(partition, method): (lr, value)} from the tuning runs ({(partition, method, lr, value): records}): the best
     last-round personalized accuracy; ties go to the smaller rate, then the first value; a cell whose runs are
@@ -232,9 +240,7 @@ def tuning_rows(tuning: dict, chosen: dict) -> list[dict]:
             knob = SENSITIVE.get(m, ("-", ()))[0]
             row = {"partition": kind, "method": LABELS[m], "knob": knob}
             for lr in dict.fromkeys(lr for lr, _ in points):
-                scores = {v: ("diverged" if any("diverged" in r for r in recs) else
-                              f"{per_seed(recs)[0]:.2f}" if 0 in per_seed(recs) else "-")
-                          for (lr_, v), recs in points.items() if lr_ == lr}
+                scores = {v: tuning_score(recs) for (lr_, v), recs in points.items() if lr_ == lr}
                 row[f"lr {lr:g}"] = "; ".join(("" if v is None else f"{v:g}: ") + score for v, score in scores.items())
             lr, v = chosen.get((kind, m), (None, None))
             row["chosen"] = "-" if lr is None else f"lr {lr:g}" + (f", {knob} {v:g}" if v is not None else "")
