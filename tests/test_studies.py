@@ -431,7 +431,7 @@ def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_th
 
     from fedlib import results
     from fedlib.studies import fedprp
-    from fedlib.studies.convergence import convergence_rows, convergence_runs, convergence_verdict
+    from fedlib.studies.convergence import convergence_clause, convergence_rows, convergence_runs, convergence_verdict
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
 
@@ -454,6 +454,13 @@ def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_th
     lines = convergence_verdict(rows)
     assert "still moving (beyond 1.00 points)" in lines[0] and "settled" in lines[1]
     assert fedprp.tables("reference")["comparison"][("fmnist", "shards", "fedprp")][0].rounds == 50
+    # the reference-scale verdict note says so, naming only the method that still moves
+    from fedlib.studies.registry import chapters
+
+    clause = chapters()["fedprp"].convergence_clause()
+    assert clause.startswith("not converged:") and "FedPRP +5.00 points" in clause and "FedAvg" not in clause
+    assert convergence_clause(rows[1:]) == "converged (each 3x run within 1 point or the seed spread)"
+    assert convergence_clause([]) == "convergence not yet recorded"
 
 
 def test_fedpcls_official_regime_is_table2_with_100_training_images_per_domain():

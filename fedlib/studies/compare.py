@@ -190,6 +190,7 @@ def recorded_choice(scale: str) -> dict:
 
 
 CONVERGENCE = ("fedgpa", "fedavg")   # run 3x longer at reference scale (dominant classes, their chosen rates)
+CONVERGENCE_METRIC = METRIC   # what the convergence check reads (the notebook's convergence section)
 
 
 def tables(scale: str) -> dict:

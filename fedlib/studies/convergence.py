@@ -33,10 +33,35 @@ def convergence_rows(reference: dict, longer: dict, metric: str, labels: dict) -
             continue
         gap = convergence_gap(recs, longer[label][0], metric)
         R, far = gap["rounds"]
-        rows.append({"method": labels.get(label, str(label)), f"round {R} (reference)": round(gap["reference"], 2),
+        method = label[0] if isinstance(label, tuple) else label   # a cell key (method, setting, ...) names its method
+        rows.append({"method": labels.get(label, labels.get(method, str(label))),
+                     f"round {R} (reference)": round(gap["reference"], 2),
                      f"round {far} (3x)": round(gap["longer"], 2), f"gap {far} - {R}": round(gap["gap"], 2),
                      "reference std over seeds": round(gap["spread"], 2)})
     return rows
+
+
+def row_gap(row: dict) -> float:
+    return next(v for k, v in row.items() if k.startswith("gap"))
+
+
+def settle_bound(row: dict) -> float:
+    """How far the endpoint may move and still count as settled: 1 point or the reference's seed spread (one seed:
+    1 point)."""
+    spread = row["reference std over seeds"]
+    return max(1.0, spread if spread == spread else 0.0)
+
+
+def convergence_clause(rows: list[dict]) -> str:
+    """The reference budget's convergence in a clause for a verdict note: settled, or which methods still move and by
+    how much (what a reader weighs a margin against)."""
+    if not rows:
+        return "convergence not yet recorded"
+    moving = [f"{row['method']} {row_gap(row):+.2f}" for row in rows if abs(row_gap(row)) > settle_bound(row)]
+    if not moving:
+        return "converged (each 3x run within 1 point or the seed spread)"
+    return (f"not converged: from the reference budget to 3x its rounds {', '.join(moving)} points (seed 0); the "
+            "verdicts compare methods at equal budgets")
 
 
 def convergence_verdict(rows: list[dict]) -> list[str]:
@@ -44,9 +69,7 @@ def convergence_verdict(rows: list[dict]) -> list[str]:
     rounds within 1 point or the reference's spread over seeds)?"""
     out = []
     for row in rows:
-        gap = next(v for k, v in row.items() if k.startswith("gap"))
-        spread = row["reference std over seeds"]
-        bound = max(1.0, spread if spread == spread else 0.0)   # NaN spread (one seed): 1 point
+        gap, bound = row_gap(row), settle_bound(row)
         out.append(f"{row['method']}: {gap:+.2f} points from the reference budget to 3x its rounds: "
                    + ("settled (within 1 point or the seed spread)" if abs(gap) <= bound else
                       f"still moving (beyond {bound:.2f} points): the reference scale does not give this method's "

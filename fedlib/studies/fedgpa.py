@@ -608,6 +608,7 @@ def margin_stability(stored: dict, rounds=(10, 20, 30, 50, 100, 150)) -> tuple[l
 
 
 CONVERGENCE = ("fedgpa", "fedpac")   # the paper's method and its main baseline, run 3x longer at reference scale
+CONVERGENCE_METRIC = METRIC   # what the convergence check reads (the notebook's convergence section)
 
 
 def tables(scale: str) -> dict:

@@ -422,6 +422,7 @@ NOT_OFFLINE = [
      "offline; the book reads FMNIST (and MNIST at paper scale)"),
 ]
 CONVERGENCE = ("fedmate", "fedpac")   # the paper's method and its main baseline, run 3x longer at reference scale
+CONVERGENCE_METRIC = "personal_global_acc"   # what the convergence check reads (the notebook's convergence section)
 
 
 def recorded_claims(scale: str) -> tuple[list, str] | None:

@@ -550,6 +550,7 @@ NOT_OFFLINE = [
      "the book reads FMNIST-LT (and MNIST-LT as a check)"),
 ]
 CONVERGENCE = ("fedprp", "fedavg")   # the paper's method and its main baseline, run 3x longer at reference scale
+CONVERGENCE_METRIC = "a_loc"   # what the convergence check reads (the notebook's convergence section)
 
 
 def chapter_verdicts(runs: dict, ablation: dict | None, new_clients: dict | None, beta: dict | None,

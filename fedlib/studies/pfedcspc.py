@@ -649,6 +649,7 @@ NOT_OFFLINE = [
      "FMNIST in place of CIFAR-10 (and MNIST at paper scale)"),
 ]
 CONVERGENCE = ("pfedcspc", "fedavg")   # the paper's method and its main baseline, run 3x longer at reference scale
+CONVERGENCE_METRIC = "acc_global"   # what the convergence check reads (the notebook's convergence section)
 
 
 def recorded_claims(scale: str) -> tuple[list, str] | None:

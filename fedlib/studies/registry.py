@@ -29,6 +29,7 @@ CONTRACT = {
     "LABELS": "how tables name the methods",
 }
 # what a chapter may define beside it: recorded_claims(scale) (the verdicts its committed records decide),
+# CONVERGENCE_METRIC (the metric its reference budget's convergence check reads),
 # CLAIM_TABLES and NOT_OFFLINE (which recorded table decides each claim), TUNING (its book-scale learning rate)
 BUILTIN = ("fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc", "compare")   # the book's chapters, in its order
 
@@ -147,8 +148,9 @@ class Chapter:
         for scale in RECORDED_SCALES:
             found = self.study.recorded_claims(scale)
             if found:
-                by_scale[scale], notes[scale] = found
-                save_summary(self.name, scale, claims=found[0], scale_note=found[1])
+                by_scale[scale] = found[0]
+                notes[scale] = found[1] + (f"; {self.convergence_clause()}" if scale == "reference" else "")
+                save_summary(self.name, scale, claims=found[0], scale_note=notes[scale])
             else:
                 notes[scale] = (f"no table that decides a claim has all its records yet "
                                 f"({coverage_text(self.coverage(scale))}): it decides no claim")
@@ -168,6 +170,17 @@ class Chapter:
         return (f"<div class='verdict'><p><strong>Where this chapter stands.</strong> {'. '.join(parts)}; records "
                 f"are committed under <code>results/{self.name}/</code>. This page runs at scale "
                 f"<strong>{html.escape(scale)}</strong>: {html.escape(SCALE_MEANING.get(scale, ''))}.</p></div>")
+
+    def convergence_clause(self) -> str:
+        """Whether the reference budget converged, from the committed 3x runs (``convergence.convergence_clause``) on
+        the chapter's ``CONVERGENCE_METRIC``; empty for a chapter without a convergence check."""
+        from fedlib.studies.convergence import convergence_clause, convergence_rows, convergence_runs
+
+        metric = getattr(self.study, "CONVERGENCE_METRIC", None)
+        grid = self.study.tables("reference").get("convergence")
+        if metric is None or grid is None:
+            return ""
+        return convergence_clause(convergence_rows(*convergence_runs(self.name, grid), metric, self.study.LABELS))
 
     def show_convergence(self, metric: str, title: str, ylabel: str, test_set: str, local_test: bool = False):
         """The convergence section in one call (``convergence.show_convergence`` on this chapter's 3x runs)."""
