@@ -149,7 +149,8 @@ class Chapter:
             found = self.study.recorded_claims(scale)
             if found:
                 by_scale[scale] = found[0]
-                notes[scale] = found[1] + (f"; {self.convergence_clause()}" if scale == "reference" else "")
+                clause = self.convergence_clause() if scale == "reference" else ""
+                notes[scale] = found[1] + (f"; {clause}" if clause else "")
                 save_summary(self.name, scale, claims=found[0], scale_note=notes[scale])
             else:
                 notes[scale] = (f"no table that decides a claim has all its records yet "
