@@ -40,17 +40,19 @@ class FederatedData:
 
 
 def federate(data: Dataset, num_clients: int, spec: dict, seed: int, device="cpu") -> FederatedData:
-    labels = data.train_y.numpy()
-    train_domain = None if data.train_domain is None else data.train_domain.numpy()
+    """Partition ``data`` (on any device: the partition reads host copies of its labels and domains) and put it,
+    with the clients' index tensors, on ``device``."""
+    labels = data.train_y.cpu().numpy()
+    train_domain = None if data.train_domain is None else data.train_domain.cpu().numpy()
     parts, held = partition_with_server(labels, data.num_classes, num_clients, spec, seed, domain_ids=train_domain)
     counts = class_counts(labels, parts, data.num_classes)
-    test_labels = data.test_y.numpy()
+    test_labels = data.test_y.cpu().numpy()
     client_domains = None
     if train_domain is not None:  # single-domain clients are tested on their own domain
         client_domains = [int(np.unique(train_domain[p])[0]) if len(np.unique(train_domain[p])) == 1 else None
                           for p in parts]
     tests = local_test_indices(test_labels, counts, spec.get("test_fraction", 0.25), seed + 1,
-                               None if data.test_domain is None else data.test_domain.numpy(), client_domains)
+                               None if data.test_domain is None else data.test_domain.cpu().numpy(), client_domains)
     as_tensor = lambda parts: [torch.as_tensor(p, dtype=torch.int64, device=device) for p in parts]  # noqa: E731
     return FederatedData(data.to(device), as_tensor(parts), as_tensor(tests), counts,
                          class_counts(test_labels, tests, data.num_classes), client_domains,
