@@ -19,6 +19,20 @@ def test_weighted_average_by_hand():
     assert torch.allclose(rows[0]["w"], a["w"]) and torch.allclose(rows[1]["w"], torch.tensor([2.0, 4.0]))
 
 
+def test_mix_matches_a_loop_over_sources_and_each_copy_owns_its_tensors():
+    gen = torch.Generator().manual_seed(0)
+    dicts = [{"conv": torch.randn(4, 3, 2, 2, generator=gen), "count": torch.tensor(2 * j + 1)} for j in range(5)]
+    W = torch.rand(3, 5, generator=gen, dtype=torch.float64).numpy()
+    rows = mix(dicts, W)
+    for i, row in enumerate(rows):
+        w = W[i] / W[i].sum()
+        loop = sum(float(w[j]) * dicts[j]["conv"].double() for j in range(5)).float()
+        assert torch.allclose(row["conv"], loop, atol=1e-7) and row["conv"].dtype == torch.float32
+        assert row["count"].dtype == torch.int64   # an integer buffer: averaged, then rounded
+        assert row["count"].item() == round(float(sum(w[j] * (2 * j + 1) for j in range(5))))
+    assert rows[0]["conv"].untyped_storage().nbytes() == 4 * 3 * 2 * 2 * 4   # no view into the other copies
+
+
 def slsqp_simplex(objective, m):
     res = minimize(objective, np.full(m, 1 / m), method="SLSQP", bounds=[(0, 1)] * m,
                    constraints=[{"type": "eq", "fun": lambda a: a.sum() - 1}], options={"ftol": 1e-12, "maxiter": 500})
