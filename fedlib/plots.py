@@ -8,6 +8,8 @@ METRIC_LABELS = {
     "personal_local_f1": "personalized macro-F1 (local tests)",
     "global_acc": "global model acc (balanced global test)",
     "personal_global_acc": "personalized acc (global test)",
+    "personal_local_class0_share": "local test images predicted as class 0",
+    "personal_local_zero_embedding_share": "local test images with an all-zero embedding",
 }
 
 
@@ -60,9 +62,9 @@ def weight_heatmap(weights: np.ndarray, ax=None, title: str = "", vmax: float | 
 
 
 def learning_curves(records_by_label: dict[str, list[dict]], metric: str = "personal_local_acc", ax=None, title="",
-                    floor: float | None = None):
-    """Mean over seeds of ``metric`` per evaluated round, with a ±1 std band; chance, and ``floor`` (the majority
-    floor of a metric read on the clients' local test sets) where given."""
+                    floor: float | None = None, chance: bool = True):
+    """Mean over seeds of ``metric`` per evaluated round, with a ±1 std band; chance (unless ``chance`` is False),
+    and ``floor`` (the majority floor of a metric read on the clients' local test sets) where given."""
     import matplotlib.pyplot as plt
 
     if ax is None:
@@ -77,7 +79,8 @@ def learning_curves(records_by_label: dict[str, list[dict]], metric: str = "pers
         ax.fill_between(rounds, mean - std, mean + std, alpha=0.15)
     ax.set_xlabel("round")
     ax.set_ylabel(METRIC_LABELS.get(metric, metric) + " (%)")
-    chance_line(ax)
+    if chance:
+        chance_line(ax)
     floor_line(ax, floor)
     ax.set_title(title)
     ax.legend(fontsize=8, ncol=2)

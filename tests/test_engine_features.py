@@ -231,3 +231,51 @@ def test_a_run_builds_its_method_once(monkeypatch):
     run(cfg, cache_dir=None, progress=False)
     assert built == ["fedprox"]
     assert cfg.updated(hyper={"mu": 0.2}).built_method().hp.mu == 0.2   # other hyperparameters: another method
+
+
+def test_zero_embeddings_and_the_collapse_set_by_hand():
+    from fedlib.engine.core import Out
+    from fedlib.engine.evaluation import METRIC_SETS, Evaluation, zero_embeddings
+
+    z = torch.tensor([[0.0, 0.0], [0.0, 1e-9], [0.0, 0.0], [0.3, -0.2]])
+    assert zero_embeddings(Out(z, torch.zeros(4, 3))).tolist() == [2, 4]
+    # client 1: 3 of 5 images predicted as class 0 (true 0, 1 and 2 alike), client 2: 1 of 3; 2 and 1 zero embeddings
+    c1 = np.array([[1, 0, 0], [1, 1, 0], [1, 0, 1]])
+    c2 = np.array([[1, 0, 0], [0, 2, 0], [0, 0, 0]])
+    ev = Evaluation({"personal_local": [c1, c2]}, np.ones((2, 3)),
+                    {"personal_local": {"zero_embedding": [np.array([2, 5]), np.array([1, 3])]}})
+    assert METRIC_SETS["collapse"].compute(ev) == {"personal_local_class0_share": 4 / 8,
+                                                   "personal_local_zero_embedding_share": 3 / 8}
+    # where a Flower node evaluated (no outputs here), only the share read off the confusions
+    assert METRIC_SETS["collapse"].compute(Evaluation({"personal_local": [c1, c2]}, np.ones((2, 3)))) == {
+        "personal_local_class0_share": 4 / 8}
+
+
+def test_the_collapse_set_is_recorded_at_every_evaluation(monkeypatch):
+    """Images darker than the median test image get an all-zero embedding (patched in); the recorded share equals their
+    share of the clients' local test images, counted from the partition, and the class-0 share is the one the
+    recorded confusions give."""
+    from fedlib.engine.evaluation import Evaluator
+
+    outputs = Evaluator._outputs
+
+    def dark(x):
+        return x.flatten(1).sum(1) < x.flatten(1).sum(1).median()
+
+    def zeroed(self, params, test_idx):
+        out = outputs(self, params, test_idx)
+        dead = dark(self.fed.data.data.test_x)[test_idx]
+        return out._replace(z=torch.where(dead[:, None], torch.zeros_like(out.z), out.z))
+
+    monkeypatch.setattr(Evaluator, "_outputs", zeroed)
+    fed = build(make_config(method="fedproto", metrics=["collapse"], eval_every=1, **DIGITS))
+    fed.run()
+    idx = torch.cat(list(fed.data.test_idx))
+    expected = float(dark(fed.data.data.test_x)[idx].float().mean())
+    assert 0 < expected < 1
+    rows = [row for row in fed.history if "personal_local_class0_share" in row]
+    assert len(rows) == DIGITS["rounds"]
+    for row in rows:
+        assert row["personal_local_zero_embedding_share"] == pytest.approx(expected)
+    C = sum(np.asarray(c) for c in fed.final_confusions["personal_local"])
+    assert rows[-1]["personal_local_class0_share"] == pytest.approx(C[:, 0].sum() / C.sum())

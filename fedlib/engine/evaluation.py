@@ -90,15 +90,40 @@ def family_parts(family: str) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class Evaluation:
-    """The confusion counts of one evaluation and the facts metric sets may need."""
+    """The confusion counts of one evaluation and the facts metric sets may need: ``outputs`` holds, per family,
+    the output facts the sets asked for ({fact: one count array per model}; absent where a Flower node evaluated)."""
     confusions: dict[str, list[np.ndarray]]
     train_counts: np.ndarray           # clients x classes
+    outputs: dict[str, dict[str, list[np.ndarray]]] = dataclasses.field(default_factory=dict)
 
     def get(self, family: str) -> list[np.ndarray] | None:
         return self.confusions.get(family)
 
     def require(self, family: str) -> list[np.ndarray]:
         return self.confusions[family]
+
+    def output_fact(self, family: str, fact: str) -> list[np.ndarray] | None:
+        return self.outputs.get(family, {}).get(fact)
+
+
+# Facts read off a model's outputs on a test set, beside its confusion counts: name -> counts (an array) of one
+# model's ``Out``. They travel with the confusions under the key "fact:<name>" and are not confusions.
+OUTPUT_FACTS: dict[str, Callable[[Any], np.ndarray]] = {}
+FACT = "fact:"
+
+
+def register_output_fact(name: str, count: Callable[[Any], np.ndarray]) -> None:
+    OUTPUT_FACTS[name] = count
+
+
+def zero_embeddings(out) -> np.ndarray:
+    """[test images whose embedding z is all zeros, test images]: a projection whose ReLU units are all dead for an
+    image sends it to 0, where it scores alike with every prototype."""
+    z = out.z.flatten(1)
+    return np.array([int((z == 0).all(1).sum()), len(z)])
+
+
+register_output_fact("zero_embedding", zero_embeddings)
 
 
 @dataclass(frozen=True)
@@ -107,15 +132,20 @@ class MetricSet:
     needs: frozenset
     compute: Callable[[Evaluation], dict]
     doc: str = ""
+    facts: frozenset = frozenset()   # output facts (``OUTPUT_FACTS``) read on the families it needs
 
 
 METRIC_SETS: dict[str, MetricSet] = {}
 
 
-def register_metric_set(name: str, needs, compute: Callable[[Evaluation], dict], doc: str = "") -> MetricSet:
+def register_metric_set(name: str, needs, compute: Callable[[Evaluation], dict], doc: str = "",
+                        facts=()) -> MetricSet:
     for family in needs:
         family_parts(family)
-    METRIC_SETS[name] = MetricSet(name, frozenset(needs), compute, doc)
+    for fact in facts:
+        if fact not in OUTPUT_FACTS:
+            raise ConfigError("facts", fact, f"output facts among {', '.join(OUTPUT_FACTS)}")
+    METRIC_SETS[name] = MetricSet(name, frozenset(needs), compute, doc, frozenset(facts))
     return METRIC_SETS[name]
 
 
@@ -145,6 +175,23 @@ register_metric_set("standard", ("personal_local", "global_global", "global_loca
                     "personal_local_{acc,f1,i_local,...}, global_acc, global_f1, global_local_*")
 register_metric_set("personal_global", ("personal_global",), _personal_global,
                     "personal_global_*: client models on the balanced global test set")
+
+
+def _collapse(ev: Evaluation) -> dict:
+    """Share of the clients' local test images predicted as class 0 (an argmax over equal scores picks class 0) and,
+    where the evaluating process saw the outputs, share whose embedding is all zeros; pooled over clients."""
+    local = ev.require("personal_local")
+    predicted_zero, images = sum(C[:, 0].sum() for C in local), sum(C.sum() for C in local)
+    out = {"personal_local_class0_share": float(predicted_zero / max(images, 1))}
+    zero = ev.output_fact("personal_local", "zero_embedding")
+    if zero is not None:
+        out["personal_local_zero_embedding_share"] = float(sum(c[0] for c in zero) / max(sum(c[1] for c in zero), 1))
+    return out
+
+
+register_metric_set("collapse", ("personal_local",), _collapse,
+                    "personal_local_class0_share, personal_local_zero_embedding_share: a collapsed embedding's marks",
+                    facts=("zero_embedding",))
 
 
 def resolve_metric_sets(names) -> list[MetricSet]:
@@ -229,6 +276,7 @@ class Evaluator:
         self.fed = federation
         self.sets = metric_sets
         needs = set().union(*(s.needs for s in metric_sets))
+        self.facts = sorted(set().union(*(s.facts for s in metric_sets)))
         # families in a fixed order: global model first (a method without personal models reuses them)
         self.families = [f"{m}_{t}" for m in ("global", "personal") for t in TEST_SETS if f"{m}_{t}" in needs]
         self.participants_only, self.average_global = participants_only, average_global
@@ -254,13 +302,15 @@ class Evaluator:
 
     def _confusions(self, params, test_idx: torch.Tensor, ctx: ClientContext) -> dict:
         """{variant: confusion} of the model ``params`` for the default prediction (variant None) and the
-        method's variants; ``predict`` sees the evaluated model as ``ctx.model``."""
+        method's variants, and {"fact:<name>": counts} of the output facts the metric sets read; ``predict`` sees
+        the evaluated model as ``ctx.model``."""
         fed = self.fed
         out = self._outputs(params, test_idx)
         ctx = dataclasses.replace(ctx, model=params)
         y = fed.data.data.test_y[test_idx]
-        return {v: confusion(y, fed.method.predict(out, ctx, v), fed.data.num_classes)
-                for v in (None, *fed.method.prediction_variants)}
+        return {**{v: confusion(y, fed.method.predict(out, ctx, v), fed.data.num_classes)
+                   for v in (None, *fed.method.prediction_variants)},
+                **{FACT + name: OUTPUT_FACTS[name](out) for name in self.facts}}
 
     def evaluated_clients(self):
         fed = self.fed
@@ -374,11 +424,16 @@ class Evaluator:
                 same = per_family[f"global_{test_set}"]
                 per_family[family] = same * len(clients) if TEST_SETS[test_set].shared else same
         conf: dict[str, list] = {}
+        outputs: dict[str, dict[str, list]] = {}
         for family in plan:
             per_model = per_family[family]
             for variant in per_model[0] if per_model else ():
-                conf[family if variant is None else f"{family}@{variant}"] = [c[variant] for c in per_model]
-        ev = Evaluation(conf, fed.data.train_counts)
+                values = [c[variant] for c in per_model]
+                if isinstance(variant, str) and variant.startswith(FACT):
+                    outputs.setdefault(family, {})[variant[len(FACT):]] = values
+                else:
+                    conf[family if variant is None else f"{family}@{variant}"] = values
+        ev = Evaluation(conf, fed.data.train_counts, outputs)
         record: dict = {}
         for s in self.sets:
             record.update(s.compute(ev))

@@ -80,9 +80,11 @@ def scale_summary(scale: str) -> str:
 
 def config(method: str, setting: str, backbones, scale: str, seed: int = 0, hyper: dict | None = None,
            partition: dict | None = None, num_clients: int | None = None, rounds: int | None = None,
-           model: str | None = None, n_train: int | None = None) -> Config:
+           model: str | None = None, n_train: int | None = None, metrics: list[str] | None = None,
+           eval_every: int | None = None) -> Config:
     """FedPCL Section 5.1: Adam lr 1e-3, weight decay 1e-4, batch 32, E = 1, tau = 0.07. ``n_train``: training
-    images per domain instead of the scale's (``FEW_SHOT``: the official code's regime)."""
+    images per domain instead of the scale's (``FEW_SHOT``: the official code's regime); ``metrics`` and
+    ``eval_every``: more metric sets and evaluations than the tables need (the collapse diagnostic)."""
     sc = SCALES[scale]
     spec, clients = SETTINGS[setting]
     return make_config(
@@ -98,7 +100,8 @@ def config(method: str, setting: str, backbones, scale: str, seed: int = 0, hype
         lr=1e-3,
         optimizer="adam",
         weight_decay=1e-4,
-        eval_every=max(1, (rounds or sc["rounds"]) // 5),
+        eval_every=eval_every or max(1, (rounds or sc["rounds"]) // 5),
+        metrics=list(metrics or []),
         hyper=dict(hyper or {}),
         seed=seed,
         model=model,
@@ -560,6 +563,41 @@ def reading_grid(scale: str, n_train: int | None = None) -> dict:
             for name, (hyper, model) in READINGS.items()}
 
 
+COLLAPSE_EVERY = 2   # rounds between evaluations of the collapse diagnostic (25 points over the paper's 50 rounds)
+
+
+def collapse_grid(scale: str) -> dict:
+    """The reading check again, recording the collapse diagnostic (the ``collapse`` metric set: the shares of the
+    local test images predicted as class 0 and with an all-zero embedding) every ``COLLAPSE_EVERY`` rounds."""
+    seeds = SCALES[scale]["headline_seeds"]
+    return {name: with_seeds(config("fedpcl", "feature shift", MULTI, scale, hyper=hyper, model=model,
+                                    metrics=["collapse"], eval_every=COLLAPSE_EVERY), seeds)
+            for name, (hyper, model) in READINGS.items()}
+
+
+def plot_collapse():
+    """Per reading, over rounds (mean ± std over the recorded seeds, paper scale, three backbones): accuracy, the
+    share of local test images predicted as class 0 (their true share is 10%, the dotted line) and the share whose
+    embedding is all zeros. Returns the figure, or None (with a line saying so) before the runs are recorded."""
+    import matplotlib.pyplot as plt
+
+    from fedlib.plots import learning_curves
+    from fedlib.studies.common import stored_grid
+
+    stored = stored_grid("fedpcl", {READING_LABELS[name]: grid for name, grid in collapse_grid("paper").items()})
+    recorded = {label: cell["records"] for label, cell in stored.items() if cell["records"]}
+    if not recorded:
+        print("the collapse diagnostic is not recorded yet (`python -m fedlib records fedpcl --tables collapse`)")
+        return None
+    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    for ax, metric in zip(axes, ("personal_local_acc", "personal_local_class0_share",
+                                 "personal_local_zero_embedding_share")):
+        learning_curves(recorded, metric, ax=ax, chance=metric != "personal_local_zero_embedding_share")
+    fig.suptitle("FedPCL's readings, paper scale, feature shift, three backbones", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 OFFICIAL_HEAD = ("local", "fedavg")   # the baselines the issue's few-shot check scored with the official classifier
 
 
@@ -640,8 +678,8 @@ def tables(scale: str) -> dict:
     return {"table2": table2_grid(scale), "reading": reading_grid(scale), "table6": table6_grid(scale),
             "table2_few_shot": table2_grid(scale, FEW_SHOT), "reading_few_shot": reading_grid(scale, FEW_SHOT),
             "official_head_few_shot": official_head_grid(scale, FEW_SHOT), "official_head": official_head_grid(scale),
-            "table5": table5_grid(scale), "label_shift": label_shift_grid(scale), "table4": table4_grid(scale),
-            "noise": noise_grid(scale)}
+            "collapse": collapse_grid(scale), "table5": table5_grid(scale), "label_shift": label_shift_grid(scale),
+            "table4": table4_grid(scale), "noise": noise_grid(scale)}
 
 
 # our domains with a column of the paper's Table 2 (MNIST is the same data; the other two are style analogues)
