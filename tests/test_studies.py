@@ -546,3 +546,27 @@ def test_accuracy_plots_on_local_tests_draw_the_majority_floor():
     fig = fedgpa.plot_sweep({"FedAvg": {0: (0.5, 0.0, 1), 80: (0.7, 0.0, 1)}}, "s", "t", floors={0: 60.0, 80: 25.0})
     floor = next(line for line in fig.axes[0].get_lines() if line.get_label() == "majority floor")
     assert list(floor.get_xdata()) == [0, 80] and list(floor.get_ydata()) == [60.0, 25.0]
+
+
+def test_fedpcl_collapse_grid_and_its_sentences_from_made_up_records():
+    from fedlib.studies import fedpcl
+
+    grid = fedpcl.collapse_grid("paper")
+    assert set(grid) == set(fedpcl.READINGS)
+    for configs in grid.values():
+        assert [c.seed for c in configs] == [0, 1, 2]
+        assert all(c.evaluation.metrics == ["collapse"] and c.evaluation.every == fedpcl.COLLAPSE_EVERY
+                   for c in configs)
+    # the same runs as the reading check but for what is evaluated: other keys, so no committed record is replaced
+    reading = {c.key() for cs in fedpcl.reading_grid("paper").values() for c in cs}
+    assert not reading & {c.key() for cs in grid.values() for c in cs}
+
+    def record(acc, class0, dead):
+        return {"history": [{"round": t, "personal_local_acc": a, "personal_local_class0_share": c,
+                             "personal_local_zero_embedding_share": d}
+                            for t, a, c, d in zip((2, 4, 6), acc, class0, dead)]}
+
+    lines = fedpcl.collapse_lines({"as printed": [record((0.7, 0.6, 0.5), (0.1, 0.3, 0.4), (0.0, 0.3, 0.2)),
+                                                  record((0.7, 0.6, 0.3), (0.1, 0.3, 0.6), (0.0, 0.5, 0.4))]})
+    assert lines == ["as printed (2 seeds): from round 2 to 6 accuracy 70.00 -> 40.00, predicted as class 0 "
+                     "10.0% -> 50.0%, all-zero embeddings 0.0% -> 30.0% (peak 40.0% at round 4)"]

@@ -589,6 +589,7 @@ def plot_collapse():
     if not recorded:
         print("the collapse diagnostic is not recorded yet (`python -m fedlib records fedpcl --tables collapse`)")
         return None
+    print("\n".join(collapse_lines(recorded)))
     fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
     for ax, metric in zip(axes, ("personal_local_acc", "personal_local_class0_share",
                                  "personal_local_zero_embedding_share")):
@@ -596,6 +597,27 @@ def plot_collapse():
     fig.suptitle("FedPCL's readings, paper scale, feature shift, three backbones", fontsize=10)
     fig.tight_layout()
     return fig
+
+
+def collapse_lines(recorded: dict[str, list[dict]]) -> list[str]:
+    """Per reading, from its records (mean over seeds): accuracy, class-0 share and all-zero share at the first and
+    the last evaluated round, and the all-zero share's peak."""
+    import numpy as np
+
+    def curve(records, metric):
+        return np.mean([[row[metric] for row in r["history"] if metric in row] for r in records], axis=0) * 100
+
+    lines = []
+    for label, records in recorded.items():
+        rounds = [row["round"] for row in records[0]["history"] if "personal_local_zero_embedding_share" in row]
+        acc, zero_class, dead = (curve(records, m) for m in ("personal_local_acc", "personal_local_class0_share",
+                                                             "personal_local_zero_embedding_share"))
+        lines.append(f"{label} ({len(records)} seeds): from round {rounds[0]} to {rounds[-1]} accuracy "
+                     f"{acc[0]:.2f} -> {acc[-1]:.2f}, predicted as class 0 {zero_class[0]:.1f}% -> "
+                     f"{zero_class[-1]:.1f}%, "
+                     f"all-zero embeddings {dead[0]:.1f}% -> {dead[-1]:.1f}% (peak {dead.max():.1f}% at round "
+                     f"{rounds[int(dead.argmax())]})")
+    return lines
 
 
 OFFICIAL_HEAD = ("local", "fedavg")   # the baselines the issue's few-shot check scored with the official classifier
