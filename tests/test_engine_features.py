@@ -246,7 +246,7 @@ def test_zero_embeddings_and_the_collapse_set_by_hand():
                     {"personal_local": {"zero_embedding": [np.array([2, 5]), np.array([1, 3])]}})
     assert METRIC_SETS["collapse"].compute(ev) == {"personal_local_class0_share": 4 / 8,
                                                    "personal_local_zero_embedding_share": 3 / 8}
-    # where a Flower node evaluated (no outputs here), only the share read off the confusions
+    # without the output fact (an Evaluation built from confusions alone), only the share read off the confusions
     assert METRIC_SETS["collapse"].compute(Evaluation({"personal_local": [c1, c2]}, np.ones((2, 3)))) == {
         "personal_local_class0_share": 4 / 8}
 

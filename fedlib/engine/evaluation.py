@@ -91,7 +91,8 @@ def family_parts(family: str) -> tuple[str, str]:
 @dataclass(frozen=True)
 class Evaluation:
     """The confusion counts of one evaluation and the facts metric sets may need: ``outputs`` holds, per family,
-    the output facts the sets asked for ({fact: one count array per model}; absent where a Flower node evaluated)."""
+    the output facts the sets asked for ({fact: one count array per model}; a Flower node sends them with its
+    confusion counts)."""
     confusions: dict[str, list[np.ndarray]]
     train_counts: np.ndarray           # clients x classes
     outputs: dict[str, dict[str, list[np.ndarray]]] = dataclasses.field(default_factory=dict)
@@ -178,8 +179,8 @@ register_metric_set("personal_global", ("personal_global",), _personal_global,
 
 
 def _collapse(ev: Evaluation) -> dict:
-    """Share of the clients' local test images predicted as class 0 (an argmax over equal scores picks class 0) and,
-    where the evaluating process saw the outputs, share whose embedding is all zeros; pooled over clients."""
+    """Share of the clients' local test images predicted as class 0 (an argmax over equal scores picks class 0) and
+    share whose embedding is all zeros (where the evaluation read it); pooled over clients."""
     local = ev.require("personal_local")
     predicted_zero, images = sum(C[:, 0].sum() for C in local), sum(C.sum() for C in local)
     out = {"personal_local_class0_share": float(predicted_zero / max(images, 1))}
