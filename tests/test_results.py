@@ -34,10 +34,10 @@ def per_chapter(paths, n=1):
 def test_committed_records_replay_on_cpu(path):
     """The first 2 rounds of a committed record, re-run on this CPU, match what was recorded within
     results.TOLERANCE (float rounding on the same setup; a GPU record allows 2% / 2 points). The replay runs in a
-    fresh process, as the records command makes records: in the suite's process a FedPRP record of CReFF replayed
-    2e-7 off at round 1 and 3e-5 at round 2 after test_cli's refused runs had loaded FMNIST into the process's
-    dataset cache, while it replays bitwise in a fresh process (a float-rounding difference of the process's
-    state, not yet pinned down)."""
+    fresh process, as the records command makes records. (In the suite's process a FedPRP record of CReFF once
+    replayed 3e-5 off at round 2: test_cli had loaded FMNIST first, at two threads, and the standardisation's
+    float32 sums depended on the thread count; they are now summed on one thread, test_data checks it, and that
+    replay is bitwise in-process too.)"""
     import subprocess
     import sys
 
