@@ -54,14 +54,19 @@ def settle_bound(row: dict) -> float:
 
 def convergence_clause(rows: list[dict]) -> str:
     """The reference budget's convergence in a clause for a verdict note: settled, or which methods still move and by
-    how much (what a reader weighs a margin against)."""
+    how much, and how far the paper's method's margin over its main baseline moves with them (what a reader weighs a
+    margin against)."""
     if not rows:
         return "convergence not yet recorded"
     moving = [f"{row['method']} {row_gap(row):+.2f}" for row in rows if abs(row_gap(row)) > settle_bound(row)]
     if not moving:
         return "converged (each 3x run within 1 point or the seed spread)"
-    return (f"not converged: from the reference budget to 3x its rounds {', '.join(moving)} points (seed 0); the "
-            "verdicts compare methods at equal budgets")
+    drift = ""
+    if len(rows) >= 2:   # the paper's method first, its main baseline second (the convergence grid's order)
+        drift = (f"; {rows[0]['method']}'s margin over {rows[1]['method']} moves by "
+                 f"{row_gap(rows[0]) - row_gap(rows[1]):+.2f}")
+    return (f"not converged: from the reference budget to 3x its rounds {', '.join(moving)} points (seed 0{drift}); "
+            "the verdicts compare methods at equal budgets")
 
 
 def convergence_verdict(rows: list[dict]) -> list[str]:
