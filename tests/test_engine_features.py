@@ -279,3 +279,40 @@ def test_the_collapse_set_is_recorded_at_every_evaluation(monkeypatch):
         assert row["personal_local_zero_embedding_share"] == pytest.approx(expected)
     C = sum(np.asarray(c) for c in fed.final_confusions["personal_local"])
     assert rows[-1]["personal_local_class0_share"] == pytest.approx(C[:, 0].sum() / C.sum())
+
+
+@pytest.mark.parametrize("method", ["fedper", "fedmate", "fedavg_ft"])
+def test_clients_sharing_a_body_reuse_its_encoder_outputs_bitwise(method, monkeypatch):
+    """On a shared test set, clients whose bodies are equal (FedPer's and FedMate's global body) run the body once
+    per evaluation; the records equal those of full forward passes. FedAvg-FT's fine-tuned bodies differ: no reuse."""
+    from fedlib.engine.evaluation import Evaluator
+    from fedlib.engine.training import Trainer
+
+    cfg = make_config(method=method, eval_personal_global=True, eval_every=1, **DIGITS)
+    calls = {"features": 0, "features_from": 0}
+    for name in calls:
+        original = getattr(Trainer, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            calls[_name] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(Trainer, name, counted)
+    reused = run(cfg, cache_dir=None, progress=False)
+    counts = dict(calls)
+    def full_forward(self, params, idx):
+        return Trainer.features(self.fed.trainer, params, self.fed.data.data.test_x[idx])
+
+    monkeypatch.setattr(Evaluator, "_outputs", full_forward)
+    full = run(cfg, cache_dir=None, progress=False)
+
+    def results(record):
+        return [{k: v for k, v in row.items() if k != "elapsed_s"} for row in record["history"]]
+
+    assert results(reused) == results(full) and reused["final_confusions"] == full["final_confusions"]
+    # per evaluation 4 clients on the global test set: one body pass and at least 3 reuses where the body is shared
+    # (FedMate's global model shares it too); none where each client fine-tuned its own
+    if method == "fedavg_ft":
+        assert counts["features_from"] == 0
+    else:
+        assert counts["features_from"] >= 3 * DIGITS["rounds"]

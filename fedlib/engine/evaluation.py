@@ -26,6 +26,7 @@ from fedlib.engine.client import ADAPT_SALT, Adaptation, ClientTask
 from fedlib.engine.core import ClientContext, derived_seed
 from fedlib.errors import ConfigError
 from fedlib.metrics import accuracy, confusion, macro_f1, summarize
+from fedlib.models import part_of
 
 if TYPE_CHECKING:
     from fedlib.data.federated import FederatedData
@@ -282,6 +283,7 @@ class Evaluator:
         self.families = [f"{m}_{t}" for m in ("global", "personal") for t in TEST_SETS if f"{m}_{t}" in needs]
         self.participants_only, self.average_global = participants_only, average_global
         self._test_sets: dict[str, object] = {}
+        self._encoded: dict[int, tuple] = {}   # per test set: (its indices, the last body run on it, its outputs h)
         # ``finetune_epochs`` > 0: a method without personal models or adaptation of its own is evaluated, per
         # client, after that many epochs of cross-entropy fine-tuning of the model it would use (pFedCSPC's
         # "Local" of global methods)
@@ -299,7 +301,20 @@ class Evaluator:
         return self._test_sets[name]
 
     def _outputs(self, params, test_idx: torch.Tensor):
-        return self.fed.trainer.features(params, self.fed.data.data.test_x[test_idx])
+        """The model's outputs on the test images ``test_idx``. Within one evaluation a model whose body equals one
+        already run on the same images reuses its encoder outputs (clients that share the global body, on a
+        shared test set: FedMate's and FedPer's 20 clients on the 10,000 global test images run one body, not
+        20); bitwise what a full forward pass gives (``Trainer.features_from``)."""
+        trainer = self.fed.trainer
+        body = {k: v for k, v in params.items() if part_of(k) == "body"}
+        seen = self._encoded.get(id(test_idx))
+        if seen is not None and seen[0] is test_idx and seen[1].keys() == body.keys() and \
+                all(torch.equal(seen[1][k], v) for k, v in body.items()):
+            return trainer.features_from(params, seen[2])
+        out = trainer.features(params, self.fed.data.data.test_x[test_idx])
+        if body and out.h is not None:   # the last body per test set: bodies are shared by consecutive models
+            self._encoded[id(test_idx)] = (test_idx, body, out.h)
+        return out
 
     def _confusions(self, params, test_idx: torch.Tensor, ctx: ClientContext) -> dict:
         """{variant: confusion} of the model ``params`` for the default prediction (variant None) and the
@@ -376,6 +391,7 @@ class Evaluator:
         """{family: [per task {variant: confusion}]} for the client families ``jobs`` ({family: model}): what
         runs where a client's model and test set are (this process, or the client's Flower node).
         ``personal``: ``personal_models`` of the tasks when already computed."""
+        self._encoded = {}   # encoder outputs are reused within one evaluation only
         if personal is None and "personal" in jobs.values():
             personal = self.personal_models(t, tasks)
         out: dict[str, list[dict]] = {}
@@ -392,6 +408,7 @@ class Evaluator:
 
     def __call__(self, t: int) -> tuple[dict, dict]:
         fed, method = self.fed, self.fed.method
+        self._encoded = {}
         clients = self.evaluated_clients()
         anon = fed.anonymous_context(t)
         personal_wanted = self.wants_personal()
@@ -440,6 +457,7 @@ class Evaluator:
             record.update(s.compute(ev))
         if method.prediction_variants:
             record.update(_variants(ev, method.prediction_variants))
+        self._encoded = {}   # nothing of this evaluation's models is held until the next
         return record, conf
 
 

@@ -194,6 +194,21 @@ class Trainer:
         self.model.train()
         return Out(torch.cat(zs), torch.cat(ls), torch.cat(hs))
 
+    @torch.no_grad()
+    def features_from(self, params: Params, h: torch.Tensor, chunk: int | None = None) -> Out:
+        """``features`` from encoder outputs ``h`` that ``features`` gave for a model with the same body: projector
+        and head in the same chunks (the same kernels on the same rows), so bitwise what ``features`` gives."""
+        chunk = chunk or (2048 if h.is_cuda else 256)
+        self.model.load_state_dict(network_params(params), strict=True)
+        self.model.eval()
+        zs, ls = [], []
+        for start in range(0, len(h), chunk):
+            z, logits, _ = self.model.forward_features(h[start:start + chunk], from_features=True)
+            zs.append(z)
+            ls.append(logits)
+        self.model.train()
+        return Out(torch.cat(zs), torch.cat(ls), h)
+
     def forward_from(self, params: Params, h: torch.Tensor) -> Out:
         """Projector and head applied to encoder outputs ``h`` (server-side calibration, pFedCSPC)."""
         params = {k: v for k, v in network_params(params).items() if k.split(".", 1)[0] in ("projector", "head")}
