@@ -590,12 +590,16 @@ def plot_collapse():
         print("the collapse diagnostic is not recorded yet (`python -m fedlib records fedpcl --tables collapse`)")
         return None
     print("\n".join(collapse_lines(recorded)))
-    fig, axes = plt.subplots(1, 3, figsize=(15, 3.8))
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.8))
     for ax, metric in zip(axes, ("personal_local_acc", "personal_local_class0_share",
                                  "personal_local_zero_embedding_share")):
         learning_curves(recorded, metric, ax=ax, chance=metric != "personal_local_zero_embedding_share")
+    handles, labels = axes[0].get_legend_handles_labels()
+    for ax in axes:   # one legend under the three panels: four long labels per panel would squeeze the axes
+        ax.get_legend().remove()
+    fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=8)
     fig.suptitle("FedPCL's readings, paper scale, feature shift, three backbones", fontsize=10)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.12, 1, 1))
     return fig
 
 
