@@ -198,16 +198,11 @@ def replay(record: dict, rounds: int = 2, device: str = "cpu", executor: str = "
     the evaluated accuracies round by round."""
     import re
 
-    import torch
+    from fedlib.threads import torch_threads
 
     threads = re.search(r"(\d+) threads", str(record.get("device", "")))
-    before = torch.get_num_threads()
-    if threads and device == "cpu":
-        torch.set_num_threads(int(threads.group(1)))
-    try:
+    with torch_threads(int(threads.group(1)) if threads and device == "cpu" else None):
         return _replay(record, rounds, device, executor)
-    finally:
-        torch.set_num_threads(before)
 
 
 def _replay(record: dict, rounds: int, device: str, executor: str) -> list[dict]:

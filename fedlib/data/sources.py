@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from fedlib.errors import ConfigError, DataNotFoundError
+from fedlib.threads import torch_threads
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -363,12 +364,8 @@ def _load_cached(name: str, root: str | None, download: bool) -> Dataset:
     # round differently, and the data would then depend on the thread count of the process that first loaded it
     # (2.4e-7 on FMNIST between one and two threads; the records' worker processes run one)
     dims = (0, 2, 3)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         mean, std = train_x.mean(dims, keepdim=True), train_x.std(dims, keepdim=True).clamp_min(1e-6)
-    finally:
-        torch.set_num_threads(threads)
     train_x, test_x = (train_x - mean) / std, (test_x - mean) / std
     return Dataset(name, train_x.contiguous(), torch.from_numpy(np.array(tr_y, dtype=np.int64)),
                    test_x.contiguous(), torch.from_numpy(np.array(te_y, dtype=np.int64)), SOURCES[name].num_classes)
