@@ -10,6 +10,7 @@ import ctypes
 import functools
 import math
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -182,31 +183,34 @@ class Trainer:
         by default 256 on the CPU, where larger chunks spill out of the caches (cnn2: 2048 rows cost 2.7x the
         time per image of 256, with bitwise the same outputs), 2048 on a GPU."""
         chunk = chunk or (2048 if x.is_cuda else 256)
-        self.model.load_state_dict(network_params(params), strict=True)
-        self.model.eval()
-        zs, ls, hs = [], [], []
         x = x.contiguous(memory_format=self.layout)
-        for start in range(0, len(x), chunk):
-            z, logits, h = self.model.forward_features(x[start:start + chunk])
-            zs.append(z)
-            ls.append(logits)
-            hs.append(h)
-        self.model.train()
-        return Out(torch.cat(zs), torch.cat(ls), torch.cat(hs))
+        with self._evaluating(params):
+            h = torch.cat([self.model.body(x[start:start + chunk]) for start in range(0, len(x), chunk)])
+            return self._from_body(h, chunk)
 
     @torch.no_grad()
     def features_from(self, params: Params, h: torch.Tensor, chunk: int | None = None) -> Out:
         """``features`` from encoder outputs ``h`` that ``features`` gave for a model with the same body: projector
         and head in the same chunks (the same kernels on the same rows), so bitwise what ``features`` gives."""
-        chunk = chunk or (2048 if h.is_cuda else 256)
+        with self._evaluating(params):
+            return self._from_body(h, chunk or (2048 if h.is_cuda else 256))
+
+    @contextlib.contextmanager
+    def _evaluating(self, params: Params) -> Iterator[None]:
         self.model.load_state_dict(network_params(params), strict=True)
         self.model.eval()
+        try:
+            yield
+        finally:
+            self.model.train()
+
+    def _from_body(self, h: torch.Tensor, chunk: int) -> Out:
+        """Projector and head of the loaded model on ``h``, ``chunk`` rows at a time."""
         zs, ls = [], []
         for start in range(0, len(h), chunk):
             z, logits, _ = self.model.forward_features(h[start:start + chunk], from_features=True)
             zs.append(z)
             ls.append(logits)
-        self.model.train()
         return Out(torch.cat(zs), torch.cat(ls), h)
 
     def forward_from(self, params: Params, h: torch.Tensor) -> Out:
