@@ -7,7 +7,7 @@ ROOT = Path(__file__).resolve().parents[1] / "fedlib"
 
 # lowest first; a module may import modules of its own layer or of a layer below
 LAYERS = [
-    ["errors", "metrics", "losses", "prototypes", "aggregate", "plots", "serial", "store", "__init__"],
+    ["errors", "metrics", "losses", "prototypes", "aggregate", "plots", "serial", "store", "threads", "__init__"],
     ["models", "data"],
     ["engine"],
     ["methods", "backbones"],
