@@ -86,7 +86,13 @@ def test_recorded_tuning_chooses_the_comparison_and_the_convergence_runs(tmp_pat
         results.write({"config": cfg.flat(), "key": cfg.key(), "seed": 0, "scale": "reference", "history": [row],
                        "final": row}, "compare", tmp_path)
     tables = compare.tables("reference")
-    assert list(tables) == ["comparison", "convergence", "tuning"] and len(tables["comparison"]) == 39
+    assert list(tables) == ["comparison", "convergence", "mnist_check", "tuning"] and len(tables["comparison"]) == 39
+    check = tables["mnist_check"]   # MNIST at the FMNIST choices, one partition, the comparison's seeds
+    assert len(check) == 13 and {c.dataset for cfgs in check.values() for c in cfgs} == {"mnist"}
+    assert {(c.lr, c.hyper["mu"], c.seed) for c in check[("dominant", "fedprox")]} == {(0.1, 0.01, s) for s in range(3)}
+    assert check[("dominant", "fedpcl")][0].backbones == ["cnn_usps"]   # a digit CNN that never saw MNIST
+    assert {str(c.partition) for cfgs in check.values() for c in cfgs} == \
+        {str(tables["comparison"][("dominant", "fedavg")][0].partition)}
     fedprox = tables["comparison"][("long_tail", "fedprox")]
     assert [c.seed for c in fedprox] == [0, 1, 2] and {(c.lr, c.hyper["mu"]) for c in fedprox} == {(0.1, 0.01)}
     assert {label: (c.rounds, c.seed, c.lr) for label, (c,) in tables["convergence"].items()} == \
@@ -94,6 +100,9 @@ def test_recorded_tuning_chooses_the_comparison_and_the_convergence_runs(tmp_pat
     (cfg,) = tuning[("dirichlet", "ditto", 0.1, 1.0)]
     (tmp_path / "compare" / f"{cfg.key()}.json").unlink()
     assert ("dirichlet", "ditto") not in compare.tables("reference")["comparison"]
+    (cfg,) = tuning[("dominant", "ditto", 0.1, 1.0)]
+    (tmp_path / "compare" / f"{cfg.key()}.json").unlink()
+    assert ("dominant", "ditto") not in compare.tables("reference")["mnist_check"]
 
 
 def test_a_tuning_rate_that_diverges_scores_nothing_and_is_shown_as_diverged():
@@ -139,3 +148,19 @@ def test_a_diverged_run_is_recorded_as_such_skipped_next_time_and_scores_nothing
             results.write({"config": cfg.flat(), "key": cfg.key(), "seed": 0, "scale": "reference", "history": [row],
                            "final": row}, "compare", tmp_path)
     assert compare.recorded_choice("reference") == {("dirichlet", "local"): (0.03, None)}
+
+
+def test_the_mnist_check_compares_the_two_orders_by_kendalls_tau_worked_by_hand():
+    """FMNIST orders FedGPA > FedAvg > Local, MNIST FedGPA > Local > FedAvg: of the three pairs two keep their order
+    and one swaps, so tau = (2 - 1) / 3; FedGPA is the best on both."""
+    fmnist = {(compare.CHECK_PARTITION, "fedgpa"): [record(s, 80.0 + s) for s in range(3)],
+              (compare.CHECK_PARTITION, "fedavg"): [record(s, 70.0 + s) for s in range(3)],
+              (compare.CHECK_PARTITION, "local"): [record(s, 60.0 + s) for s in range(3)]}
+    mnist = {(compare.CHECK_PARTITION, "fedgpa"): [record(s, 95.0) for s in range(3)],
+             (compare.CHECK_PARTITION, "fedavg"): [record(s, 90.0) for s in range(3)],
+             (compare.CHECK_PARTITION, "local"): [record(s, 92.0) for s in range(3)]}
+    best, tau, papers = compare.check_lines(fmnist, mnist)
+    assert "the best on FMNIST is FedGPA (81.00), on MNIST FedGPA (95.00); FMNIST's best is number 1" in best
+    assert f"{(2 - 1) / 3:+.2f}" in tau
+    assert papers.endswith("FedGPA 1 -> 1")
+    assert compare.check_lines(fmnist, {}) == []   # nothing recorded on MNIST yet: no sentence

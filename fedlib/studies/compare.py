@@ -18,6 +18,10 @@ hyperparameter from two values (``SENSITIVE``) are chosen on ``fmnist-heldout`` 
 the test set, the real test set unused) at the table's budget, seed 0, by the last-round personalized accuracy
 (ties: the smaller rate, then the first value); the comparison then trains each method with its choice.
 
+MNIST as a check: the comparison again on MNIST under ``CHECK_PARTITION``, every method at the rate and knob it
+chose on FMNIST (no tuning on MNIST: the check asks whether FMNIST's ranking carries over to another data set);
+FedPCL's frozen backbone there is ccexam's USPS classifier, a digit CNN that has never seen MNIST.
+
 Evaluation, stated once: personalized accuracy on each client's local test set (test images drawn with the client's
 own label mix) at the last round, the mean over clients; the global model on the balanced test set beside it for
 methods that have one. No best-round picking.
@@ -51,7 +55,9 @@ SENSITIVE: dict[str, tuple[str, tuple]] = {
     "fedpac": ("lam", (0.1, 1.0)), "fedgpa": ("mu", (0.25, 0.5)), "fedpcl": ("tau", (0.07, 0.5)),
     "fedprp": ("lam", (0.5, 0.9)), "fedmate": ("lambda_p", (0.1, 1.0)), "pfedcspc": ("lam_kp", (0.1, 0.5)),
 }
-BACKBONE = ["cnn_mnist"]   # FedPCL's frozen backbone on FMNIST
+# FedPCL's frozen backbone per data set: trained on another data set than the one it featurizes
+BACKBONES = {"fmnist": ["cnn_mnist"], "mnist": ["cnn_usps"]}
+CHECK_DATASET, CHECK_PARTITION = "mnist", "dominant"   # MNIST as a check, on the partition the convergence check uses
 HEADLINE_KEYS = 2   # leading label columns of the headline rows the Results overview shows
 METRIC = "personal_local_acc"
 LOCAL_TEST = local("each client's local test set (test images drawn with the client's own label mix)")
@@ -108,18 +114,19 @@ def structure(method: str, scale: str) -> dict:
             "pfedcspc": {"server_epochs": sc["server_epochs"]}}.get(method, {})
 
 
-def config(method: str, kind: str, scale: str, lr: float, value=None, seed: int = 0, heldout: bool = False) -> Config:
-    """One run of the protocol: ``method`` on partition ``kind`` at learning rate ``lr`` with its knob at
-    ``value`` (None: the method has none); ``heldout``: on the tuning split."""
+def config(method: str, kind: str, scale: str, lr: float, value=None, seed: int = 0, heldout: bool = False,
+           dataset: str = "fmnist") -> Config:
+    """One run of the protocol: ``method`` on partition ``kind`` of ``dataset`` at learning rate ``lr`` with its
+    knob at ``value`` (None: the method has none); ``heldout``: on FMNIST's tuning split."""
     sc = SCALES[scale]
     hyper = dict(structure(method, scale))
     if method in SENSITIVE and value is not None:
         hyper[SENSITIVE[method][0]] = value
     return make_config(
-        method=method, dataset="fmnist-heldout" if heldout else "fmnist", partition=partition(kind, scale),
+        method=method, dataset="fmnist-heldout" if heldout else dataset, partition=partition(kind, scale),
         num_clients=20, rounds=sc["rounds"], local_epochs=sc["epochs"], batch_size=50, lr=lr, momentum=0.5,
         weight_decay=5e-4, eval_every=sc["eval_every"], hyper=hyper, seed=seed,
-        backbones=list(BACKBONE) if method == "fedpcl" else None, device=RUNTIME["device"],
+        backbones=list(BACKBONES[dataset]) if method == "fedpcl" else None, device=RUNTIME["device"],
         executor=RUNTIME["executor"])
 
 
@@ -171,6 +178,18 @@ def comparison_grid(scale: str, chosen: dict) -> dict:
             for kind in PARTITIONS for m in METHODS if (kind, m) in chosen}
 
 
+def check_grid(scale: str, chosen: dict) -> dict:
+    """MNIST as a check: {(CHECK_PARTITION, method): [configs over seeds]} on MNIST at the choice each method made
+    on FMNIST's held-out split (cells not chosen yet are left out)."""
+    grid = {}
+    for m in METHODS:
+        if (CHECK_PARTITION, m) in chosen:
+            lr, value = chosen[(CHECK_PARTITION, m)]
+            grid[(CHECK_PARTITION, m)] = with_seeds(config(m, CHECK_PARTITION, scale, lr, value, dataset=CHECK_DATASET),
+                                                    SCALES[scale]["seeds"])
+    return grid
+
+
 def recorded_choice(scale: str) -> dict:
     """The choices the committed tuning records of ``scale`` make (every cell whose runs are all recorded, a run
     recorded as diverged counting as one that scores nothing)."""
@@ -196,7 +215,7 @@ CONVERGENCE_METRIC = METRIC   # what the convergence check reads (the notebook's
 def tables(scale: str) -> dict:
     """The comparison (every cell whose tuning is recorded: run ``records compare`` again once the tuning is), at
     reference scale the convergence check (``CONVERGENCE`` at 3x the rounds on the dominant-class partition, seed 0,
-    at their chosen rates), and the tuning grid."""
+    at their chosen rates), MNIST as a check, and the tuning grid."""
     from fedlib.studies.grid import convergence_grid
 
     chosen = recorded_choice(scale)
@@ -204,7 +223,7 @@ def tables(scale: str) -> dict:
     if scale == "reference":
         out["convergence"] = convergence_grid({m: out["comparison"][("dominant", m)] for m in CONVERGENCE
                                                if ("dominant", m) in out["comparison"]})
-    return {**out, "tuning": tuning_grid(scale)}
+    return {**out, "mnist_check": check_grid(scale, chosen), "tuning": tuning_grid(scale)}
 
 
 def run(scale: str, store: str | None = None) -> tuple[dict, dict, dict]:
@@ -215,6 +234,13 @@ def run(scale: str, store: str | None = None) -> tuple[dict, dict, dict]:
     tuning = run_grid(tuning_grid(scale), desc="tuning", store=store, keep_diverged=True)
     chosen = choose(tuning)
     return tuning, chosen, run_grid(comparison_grid(scale, chosen), desc="comparison", store=store, keep_diverged=True)
+
+
+def check(scale: str, chosen: dict, store: str | None = None) -> dict:
+    """MNIST as a check: the runs of ``check_grid`` at the FMNIST choices."""
+    from fedlib.studies.grid import run_grid
+
+    return run_grid(check_grid(scale, chosen), desc="MNIST check", store=store, keep_diverged=True)
 
 
 def reference_run(scale: str) -> Config:
@@ -283,6 +309,36 @@ def side_by_side(runs: dict, kind: str) -> list[dict]:
         })
     order = sorted(range(len(rows)), key=lambda i: (rows[i]["rank"], -means[list(scores)[i]]))
     return [rows[i] for i in order]
+
+
+def check_lines(runs: dict, check_runs: dict) -> list[str]:
+    """Whether FMNIST's ranking carries over to MNIST (``CHECK_PARTITION``), from the records: the best method on
+    each data set, Kendall's tau between the two orders of mean accuracy over the methods both have, and the
+    positions of the five papers' methods on each (seeds that diverged are left out of the means)."""
+    from scipy.stats import kendalltau
+
+    def means(grid: dict) -> dict[str, float]:
+        out = {}
+        for m in METHODS:
+            if scores := per_seed([r for r in grid.get((CHECK_PARTITION, m), []) if "diverged" not in r]):
+                out[m] = float(np.mean(list(scores.values())))
+        return out
+
+    fmnist, mnist = means(runs), means(check_runs)
+    both = [m for m in METHODS if m in fmnist and m in mnist]
+    if len(both) < 2:
+        return []
+    first, second = sorted(both, key=lambda m: -fmnist[m]), sorted(both, key=lambda m: -mnist[m])
+    tau = float(kendalltau([fmnist[m] for m in both], [mnist[m] for m in both]).statistic)
+    return [
+        f"{PARTITION_LABELS[CHECK_PARTITION]}, {len(both)} methods: the best on FMNIST is {LABELS[first[0]]} "
+        f"({fmnist[first[0]]:.2f}), on MNIST {LABELS[second[0]]} ({mnist[second[0]]:.2f}); FMNIST's best is "
+        f"number {second.index(first[0]) + 1} on MNIST",
+        f"Kendall's tau between the two orders of mean accuracy: {tau:+.2f} (+1: the same order, 0: unrelated, "
+        "-1: reversed)",
+        "the five papers' methods by mean accuracy, FMNIST -> MNIST: "
+        + ", ".join(f"{LABELS[m]} {first.index(m) + 1} -> {second.index(m) + 1}" for m in PAPERS if m in both),
+    ]
 
 
 def plot(runs: dict):
