@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -197,10 +198,19 @@ def merge_parameters(executed: Path) -> bool:
 STATUS_MARK = "Where this chapter stands"   # registry.Chapter.status_html's box, shown by the notebook's set-up cell
 
 
+def _after_title(markdown: str) -> str:
+    """What follows a page's heading in its first markdown cell: the text after the title line and, where the next
+    paragraph cites the paper (a DOI, arXiv or official-code link), after that paragraph too ("" if nothing)."""
+    paragraphs = markdown.split("\n\n")
+    head = 2 if len(paragraphs) > 1 and re.search(r"doi|arxiv|official code", paragraphs[1], re.I) else 1
+    return "\n\n".join(paragraphs[head:])
+
+
 def status_first(executed: Path) -> bool:
     """The status box is the first thing under the page's title: its output moves from the set-up cell into a cell
-    of its own right after the title (input hidden), so a reader sees what the page can and cannot say before the
-    parameters and the set-up. Returns whether the notebook changed."""
+    of its own right after the title and the paper's citation line (input hidden; the rest of the first markdown
+    cell follows it in a cell of its own), so a reader sees what the page can and cannot say before the
+    introduction, the parameters and the set-up. Returns whether the notebook changed."""
     import nbformat
 
     nb = nbformat.read(str(executed), as_version=4)
@@ -211,6 +221,9 @@ def status_first(executed: Path) -> bool:
             if STATUS_MARK in str(out.get("data", {}).get("text/html", "")):
                 box = cell.outputs.pop(i)
                 title = next((k for k, c in enumerate(nb.cells) if c.cell_type == "markdown"), -1)
+                if title >= 0 and (rest := _after_title(nb.cells[title].source)):
+                    nb.cells[title].source = nb.cells[title].source[:-len(rest)].rstrip()
+                    nb.cells.insert(title + 1, nbformat.v4.new_markdown_cell(rest))
                 status = nbformat.v4.new_code_cell(   # a cell with no source is not rendered: it says what it holds
                     "# the status box of the set-up cell below, moved here by the book's builder",
                     metadata={"tags": ["remove-input", "status-box"]}, outputs=[box])

@@ -234,8 +234,9 @@ def test_a_book_page_shows_one_parameters_cell_with_the_values_of_its_build(tmp_
 
 
 def test_the_status_box_is_the_first_thing_under_a_pages_title(tmp_path):
-    """The set-up cell's status box moves into a cell of its own (input hidden) right after the title; the set-up
-    keeps its other outputs; a page without a box is left as it is."""
+    """The set-up cell's status box moves into a cell of its own (input hidden) right after the title and the
+    paper's citation line, before the introduction; the set-up keeps its other outputs; a page without a box is
+    left as it is."""
     import importlib.util
 
     import nbformat
@@ -259,6 +260,16 @@ def test_the_status_box_is_the_first_thing_under_a_pages_title(tmp_path):
     assert "Where this chapter stands" in moved.cells[1].outputs[0]["data"]["text/html"]
     assert moved.cells[3].outputs == [printed]
     assert not build.status_first(path)   # moved once
+    # a chapter's title, its citation line, then the introduction: the box goes between citation and introduction
+    nb.cells[0] = nbformat.v4.new_markdown_cell("# Title\n\n*Authors, Venue.* [doi:10.1/x](https://doi.org/10.1/x)"
+                                                "\n\n**The problem.** Text.\n\nMore text.")
+    nbformat.write(nb, str(path))
+    assert build.status_first(path)
+    moved = nbformat.read(str(path), as_version=4)
+    assert [c.cell_type for c in moved.cells] == ["markdown", "code", "markdown", "code", "code"]
+    assert moved.cells[0].source == "# Title\n\n*Authors, Venue.* [doi:10.1/x](https://doi.org/10.1/x)"
+    assert "status-box" in moved.cells[1].metadata["tags"]
+    assert moved.cells[2].source == "**The problem.** Text.\n\nMore text."
     plain = tmp_path / "plain.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# T")]), str(plain))
     assert not build.status_first(plain)
