@@ -601,22 +601,23 @@ def test_fedpcl_readings_per_regime_against_the_best_baseline_and_why_solo_is_ha
     write(readings["pcl_official"], [65, 67, 69])
     rows, records = fedpcl.reading_regime_rows()
     by = {(r["regime"], r["BB"], r["reading"]): r for r in rows}
-    official = by[("official: 100 per domain", "m", fedpcl.READING_LABELS["pcl_official"])]
-    infonce = by[("official: 100 per domain", "m", fedpcl.READING_LABELS["pcl_infonce"])]
+    official = by[("100 per domain (official)", "m", fedpcl.READING_LABELS["pcl_official"])]
+    infonce = by[("100 per domain (official)", "m", fedpcl.READING_LABELS["pcl_infonce"])]
     half = stats.t.ppf(0.975, 2) * 1 / np.sqrt(3)
     assert infonce["FedPCL - best baseline"] == "+1.00" and infonce["95% CI"] == f"[{1 - half:+.2f}, {1 + half:+.2f}]"
     assert official["FedPCL - best baseline"] == "+5.00" and official["95% CI"] == "[+5.00, +5.00]"
     assert official["best baseline (%)"].startswith("Solo 62.00") and official["predicted as class 0 (%)"] == "10.0"
-    assert official["paper: FedPCL - best baseline"] == f"{55.34 - 54.71:+.2f} over FedProto"
     assert len(records) == 12
     lines = fedpcl.reading_regime_lines(rows)
-    assert lines[0] == "2000 images per domain: not recorded yet"
-    assert lines[1].startswith("official: 100 per domain: of 2 cells (reading x backbone set) FedPCL is ahead of the "
+    assert lines[0] == "2,000 per domain: not recorded yet"
+    assert lines[1].startswith("100 per domain (official): of 2 cells (reading x backbone set) FedPCL is ahead of the "
                                "best baseline in 1, behind in 0 and within the interval in 1")
     assert "the official code's loss and prediction (ConLoss), m, +5.00 points" in lines[1]
+    assert lines[2] == f"the paper (Digit-5, Table 2) puts FedPCL above its best baseline: {52.83 - 51.93:+.2f} over " \
+                       f"FedProto (s), {55.34 - 54.71:+.2f} over FedProto (m)"
     (solo,) = fedpcl.solo_lines()
     half = stats.t.ppf(0.975, 2) * 2 / np.sqrt(3)
-    assert solo.startswith(f"official: 100 per domain, m: Solo +12.00 points over FedAvg (95% CI [{12 - half:+.2f}, "
+    assert solo.startswith(f"100 per domain (official), m: Solo +12.00 points over FedAvg (95% CI [{12 - half:+.2f}, "
                            f"{12 + half:+.2f}])")
     assert solo.endswith(f"the paper's Solo - FedAvg: {48.37 - 46.83:+.2f}")
 
