@@ -409,7 +409,7 @@ def communication(scale: str, store: str | None = None) -> tuple[list[dict], dic
 CLAIM_TABLES = [
     ("FedMate generalizes best: highest accuracy of the personalized models on a balanced test (Table 1)", "table1",
      "Table 1's methods in each (dataset, s) cell of the scale"),
-    ("FedMate adapts best to local data (Table 2", "table2", "Table 2's methods, three classes per client"),
+    ("FedMate adapts best to local data (Table 2)", "table2", "Table 2's methods, three classes per client"),
     ("each pair of modules improves on the backbone and all four together are best (Table 1 ablation)", "table1",
      "the ablation rows of Table 1 in each cell"),
     ("FedMate is the most robust to clients with repeated samples (Fig. 5)", "repeat",
