@@ -55,7 +55,7 @@ def test_the_side_by_side_table_pairs_by_seed_and_ranks_with_ties():
     assert rows["Local"]["difference to the best"] == f"{diff.mean():+.2f}"
     assert rows["Local"]["95% CI"] == f"[{diff.mean() - half:+.2f}, {diff.mean() + half:+.2f}]"
     assert (rows["FedGPA"]["rank"], rows["FedAvg"]["rank"], rows["Local"]["rank"]) == (1, 1, 2)
-    assert rows["FedGPA"]["personalized (%)"] == f"82.00 ± {np.std(a):.2f}"
+    assert rows["FedGPA"]["personalized (%)"] == f"82.00 ± {np.std(a):.2f} (n=3)"
     assert rows["FedAvg"]["global model, balanced test (%)"] == "50.00" and rows["Local"][
         "global model, balanced test (%)"] == "-"
 

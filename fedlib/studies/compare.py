@@ -276,7 +276,8 @@ def tuning_rows(tuning: dict, chosen: dict) -> list[dict]:
 
 
 def side_by_side(runs: dict, kind: str) -> list[dict]:
-    """Partition ``kind``'s table, best mean first: per method mean ± std over seeds, the paired difference to the
+    """Partition ``kind``'s table, best mean first: per method mean ± std over seeds (the format of ``report.fmt``,
+    so the table states the majority floor and marks the cells at or below it), the paired difference to the
     best method (mean and 95% t-interval over seeds), and a rank with ties: 1 + the number of methods that beat it
     with a paired interval above 0 (methods no other one beats clearly share rank 1; one seed decides no rank);
     the global model on the balanced test beside, for methods that have one."""
@@ -298,8 +299,8 @@ def side_by_side(runs: dict, kind: str) -> list[dict]:
         diverged = sum("diverged" in r for r in runs[(kind, m)])   # seeds whose loss became nan: not averaged
         rows.append({
             "method": LABELS[m],
-            "personalized (%)": (f"{means[m]:.2f} ± {np.std(list(scores[m].values())):.2f}" if len(scores[m]) > 1
-                                 else f"{means[m]:.2f} (1 seed)")
+            "personalized (%)": (f"{means[m]:.2f} ± {np.std(list(scores[m].values())):.2f} (n={len(scores[m])})"
+                                 if len(scores[m]) > 1 else f"{means[m]:.2f} (n=1)")
             + (f" ({diverged} seed{'s' if diverged > 1 else ''} diverged)" if diverged else ""),
             "difference to the best": "-" if to_best is None else f"{to_best.mean:+.2f}",
             "95% CI": "-" if to_best is None or to_best.interval is None else
