@@ -21,7 +21,8 @@ def test_summaries_round_trip_and_verdicts_are_counted(tmp_path, monkeypatch):
     assert found["fedgpa"]["headline"] == {
         "title": "Table 2",
         "rows": rows,
-        "provenance": "",
+        "provenance": "scale book; no runs",
+        "floors": [],
     }  # the second save kept the first's part
     assert overview.verdict_counts(found["fedgpa"]) == {"hold": 1, "do not hold": 1, "inconclusive": 3,
                                                          "not checked": 1}
@@ -41,11 +42,30 @@ def test_summaries_round_trip_and_verdicts_are_counted(tmp_path, monkeypatch):
 def test_headline_tables_keep_their_provenance_and_label_columns(tmp_path, monkeypatch):
     monkeypatch.setattr(experiment, "DEFAULT_CACHE", tmp_path)
     rows = [{"BB": "s", "method": "FedAvg", **{f"d{i}": 50.0 + i for i in range(8)}}]
-    common.save_summary("fedpcl", "ci", headline=("Table 2", rows), provenance="scale ci; seeds 0")
+    record = {"seed": 0, "config": {"dataset": "digit4", "model": "projection", "num_clients": 4, "rounds": 2},
+              "final": {}, "history": []}
+    common.save_summary("fedpcl", "ci", headline=("Table 2", rows), records=[record], test_set="a balanced test")
     table = overview.headline("fedpcl", overview.summaries("ci")["fedpcl"])
     assert all(list(p.columns[:2]) == ["BB", "method"] for p in table.parts())   # split, labels repeated
     assert table.df.iloc[0]["d0"] == "50.00"
-    assert "scale ci; seeds 0" in table._repr_html_()
+    assert "scale ci; data digit4; model projection; 4 clients, 2 rounds; test: a balanced test" in table._repr_html_()
+
+
+def test_the_overview_states_a_headline_tables_own_floor_and_marks_cells_at_or_below_it(tmp_path, monkeypatch):
+    """A headline read on local test sets, saved with its records: the overview's floor is the clients' majority
+    share (local tests of 10 images, 9 and 8 of them of the majority class: 85.0%), not a uniform guess; a cell at
+    84.00 gets the dagger, one at 90.00 does not."""
+    from fedlib.studies.report import local
+
+    monkeypatch.setattr(experiment, "DEFAULT_CACHE", tmp_path)
+    record = {"seed": 0, "config": {"dataset": "fmnist", "model": "cnn2", "num_clients": 2, "rounds": 2},
+              "train_counts": [[36, 4], [8, 32]], "final": {}, "history": []}
+    rows = [{"setting": 1, "s": 20, "method": m, "ours": v} for m, v in (("A", "84.00 (n=1)"), ("B", "90.00 (n=1)"))]
+    common.save_summary("fedgpa", "ci", headline=("Table 2", rows), records=[record],
+                        test_set=local("each client's local test set"))
+    table = overview.headline("fedgpa", overview.summaries("ci")["fedgpa"])
+    assert list(table.df["ours"]) == ["84.00 (n=1) †", "90.00 (n=1)"]
+    assert "majority floor: 85.0%" in table._repr_html_() and "uniform guess" not in table._repr_html_()
 
 
 def test_recorded_scales_are_counted_apart_from_the_books_own_runs(tmp_path, monkeypatch):

@@ -94,7 +94,7 @@ def headline(chapter: str, summary: dict):
     part = summary.get("headline", {})
     keys = getattr(chapters()[chapter].study, "HEADLINE_KEYS", 1)   # leading label columns of its headline rows
     return ResultsTable(headline_table(summary), keys=keys, note=part.get("provenance", ""),
-                        classes=10)   # every chapter's data has 10 classes
+                        floors=part.get("floors"), classes=10)   # a summary without floors: every chapter has 10
 
 
 def claims_table(summary: dict):

@@ -81,12 +81,12 @@ class Chapter:
 
     def show_headline(self, rows: list[dict], runs: dict, scale: str, keys: int = 1) -> None:
         """Show the headline table with its provenance and leave it for the Results overview."""
-        from fedlib.studies.report import provenance_line, records_in, save_summary, show_table
+        from fedlib.studies.report import records_in, save_summary, show_table
 
         records = records_in(runs)
         show_table(rows, records, scale, self.test_sets(scale), keys=keys)
-        save_summary(self.name, scale, headline=(f"{self.title}: the headline table", rows),
-                     provenance=provenance_line(records, scale, self.test_sets(scale)))
+        save_summary(self.name, scale, headline=(f"{self.title}: the headline table", rows), records=records,
+                     test_set=self.test_sets(scale))
 
     def show_paper_scale(self, what: str = "the headline table") -> list[dict]:
         """How much of the headline table (``what``: how the page names it) has committed paper-scale records, and

@@ -179,12 +179,39 @@ NOT_ACCURACY = ("time", "s /", "s/", "param", "round", "comm", "upload", "sent",
 WORDY = 40   # characters: a results table with a longer cell holds sentences and wraps them (CSS text-table)
 
 
+def classes_of(records: list[dict]) -> int | None:
+    """The number of classes of the records' data (from their clients' class counts; None without them)."""
+    counts = [r["train_counts"] for r in records if r.get("train_counts")]
+    return len(counts[0][0]) if counts else None
+
+
+def floors_of(records: list[dict], test_set, classes: int | None) -> list[tuple[float, str, str]]:
+    """(threshold %, the floor as a caption states it, the dagger's rule) for each test set a table of ``records``
+    reads (``Tested``; a plain text is a balanced test set). A uniform guess over ``classes`` marks cells below
+    twice its accuracy; the majority-class floor of local test sets marks cells at or below it."""
+    parts = test_set.parts if isinstance(test_set, Tested) else (("uniform", str(test_set)),)
+    out = []
+    for floor in dict.fromkeys(f for f, _ in parts):
+        if floor == "majority" and (value := majority_floor(records)) is not None:
+            out.append((value, f"majority floor: {value:.1f}% (always the client's most frequent class, on each "
+                               "client's local test set, mean over clients)", "at or below that floor"))
+        elif classes:
+            chance = 100 / classes
+            label = "chance" if len(parts) == 1 else "chance on the balanced test set"
+            out.append((2 * chance, f"{label}: {chance:.0f}% (a uniform guess over {classes} classes)",
+                        "below twice chance"))
+    return out
+
+
 class ResultsTable:
     """A results table as the book shows it: no index column, one number format, at most ``max_columns``
-    columns per part (wider tables are split, the first ``keys`` columns repeated), and a provenance line."""
+    columns per part (wider tables are split, the first ``keys`` columns repeated), and a provenance line.
+    ``floors``: the floors of its test sets as ``floors_of`` gave them where the table has no records (the Results
+    overview reads them from a chapter's summary)."""
 
     def __init__(self, table, records=(), scale: str = "", test_set: str = "", note: str = "",
-                 keys: int = 1, max_columns: int = 6, classes: int | None = None, at_chance: str = ""):
+                 keys: int = 1, max_columns: int = 6, classes: int | None = None, at_chance: str = "",
+                 floors: list | None = None):
         import pandas as pd
 
         df = table if isinstance(table, pd.DataFrame) else pd.DataFrame(table)
@@ -203,35 +230,16 @@ class ResultsTable:
         self.caption = provenance_line(self.records, scale, test_set) if self.records else ""
         self.note = note
         self.scale, self.at_chance, self.marked, self.test_set = scale, at_chance, 0, test_set
-        self._mark_near_chance(classes)
+        self._mark_near_chance(classes, floors)
 
-    def _floors(self, classes: int | None) -> list[tuple[float, str, str]]:
-        """(threshold %, the floor as the caption states it, the dagger's rule) for each test set the table reads
-        (``Tested``); a plain text is a balanced test set. A uniform guess marks cells below twice its accuracy; a
-        majority-class floor marks cells at or below it."""
-        parts = self.test_set.parts if isinstance(self.test_set, Tested) else (("uniform", str(self.test_set)),)
-        out = []
-        for floor in dict.fromkeys(f for f, _ in parts):
-            if floor == "majority" and (value := majority_floor(self.records)) is not None:
-                out.append((value, f"majority floor: {value:.1f}% (always the client's most frequent class, on each "
-                                   "client's local test set, mean over clients)", "at or below that floor"))
-            elif classes:
-                chance = 100 / classes
-                label = "chance" if len(parts) == 1 else "chance on the balanced test set"
-                out.append((2 * chance, f"{label}: {chance:.0f}% (a uniform guess over {classes} classes)",
-                            "below twice chance"))
-        return out
-
-    def _mark_near_chance(self, classes: int | None = None) -> None:
+    def _mark_near_chance(self, classes: int | None = None, given: list | None = None) -> None:
         """Our accuracy cells (``fmt``'s "mean ± std (n=k)") near the floor of a trivial predictor on the test set
-        they read get a dagger (``_floors``; with several test sets, the lowest threshold), and the caption states
+        they read get a dagger (``floors_of``; with several test sets, the lowest threshold), and the caption states
         each floor."""
         import re
 
-        counts = [r["train_counts"] for r in self.records if r.get("train_counts")]
-        if counts:
-            classes = len(counts[0][0])
-        floors = self._floors(classes)
+        classes = classes_of(self.records) or classes
+        floors = [tuple(f) for f in given] if given else floors_of(self.records, self.test_set, classes)
         if not floors:
             return
         threshold, _, rule = min(floors)
@@ -412,9 +420,11 @@ def summary_path(chapter: str, scale: str):
 
 
 def save_summary(chapter: str, scale: str, headline: tuple[str, list[dict]] | None = None,
-                 claims: list | None = None, scale_note: str = "", provenance: str = "") -> None:
-    """Leave what the book's results overview shows of a chapter: its headline table (title, rows with
-    ours beside the paper, the table's provenance line) and its claims with their verdicts, at one scale."""
+                 claims: list | None = None, scale_note: str = "", records: list[dict] | None = None,
+                 test_set="") -> None:
+    """Leave what the book's results overview shows of a chapter: its headline table (title, rows with ours beside
+    the paper; from its ``records`` and the ``test_set`` they read: the provenance line and the floors of a trivial
+    predictor) and its claims with their verdicts, at one scale."""
     import time
 
     from fedlib.experiment import atomic_json, code_version
@@ -424,7 +434,9 @@ def save_summary(chapter: str, scale: str, headline: tuple[str, list[dict]] | No
     data.update({"chapter": chapter, "scale": scale, "code_version": code_version(),
                  "saved_at": time.strftime("%Y-%m-%d %H:%M")})
     if headline is not None:
-        data["headline"] = {"title": headline[0], "rows": headline[1], "provenance": provenance}
+        data["headline"] = {"title": headline[0], "rows": headline[1],
+                            "provenance": provenance_line(records or [], scale, test_set),
+                            "floors": floors_of(records or [], test_set, classes_of(records or []))}
     if claims is not None:
         data["claims"] = [dataclasses.asdict(c) for c in claims]
         data["scale_note"] = scale_note
