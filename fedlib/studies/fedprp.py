@@ -334,11 +334,11 @@ def table3_rows(runs: dict, scale: str) -> list[dict]:
     rows = []
     for kind in KINDS:
         for m in [m for m in METHODS if m in PAPER_T3["shards"]]:
-            vals = [last(runs[(ds, kind, m)], k, scale)[0] * 100
+            vals = [_fmt_last(runs[(ds, kind, m)], k, scale)   # report.fmt: the table states its floor
                     for k in ("a_glo", "global_many", "global_medium", "global_few", "global_groups_average")]
             paper = PAPER_T3[kind][m]
             rows.append({"partition": kind, "method": LABELS[m],
-                         **{k: f"{v:.2f}" for k, v in zip(("All", "Many", "Medium", "Few", "Average"), vals)},
+                         **dict(zip(("All", "Many", "Medium", "Few", "Average"), vals)),
                          "paper All / Few": f"{paper[0]:.2f} / {paper[3]:.2f}"})
     return rows
 
@@ -352,7 +352,7 @@ def plot_groups(rows: list[dict]):
         sub = [r for r in rows if r["partition"] == kind]
         x = np.arange(len(sub))
         for i, g in enumerate(("Many", "Medium", "Few")):
-            ax.bar(x + (i - 1) * 0.27, [float(r[g]) for r in sub], width=0.27, label=g)
+            ax.bar(x + (i - 1) * 0.27, [float(r[g].split()[0]) for r in sub], width=0.27, label=g)
         ax.set_xticks(x, [r["method"] for r in sub], rotation=30, fontsize=8)
         ax.set_title(f"{kind}: global model per class group")
         ax.grid(alpha=0.3, axis="y")
@@ -410,9 +410,10 @@ def late_clients(scale: str, store: str | None = None) -> tuple[list[dict], dict
     """Table VII: clients that join in the last round. Returns (rows, {method: (A_loc, A_glo) in %}, runs)."""
     runs = run_grid(late_clients_grid(scale), desc="Table VII", progress=False, store=store)
     new = {m: (100 * last(recs, "a_loc", scale)[0], 100 * last(recs, "a_glo", scale)[0]) for m, recs in runs.items()}
-    rows = [{"method": LABELS[m], "new clients A_loc": f"{a:.2f}", "A_glo": f"{g:.2f}",
+    rows = [{"method": LABELS[m], "new clients A_loc": _fmt_last(runs[m], "a_loc", scale),
+             "A_glo": _fmt_last(runs[m], "a_glo", scale),
              "paper A_loc / A_glo (CIFAR-10 s=5, gamma=0.5)": f"{PAPER_T7[m][0]:.2f} / {PAPER_T7[m][1]:.2f}"}
-            for m, (a, g) in new.items()]
+            for m in new]
     return rows, new, runs
 
 
