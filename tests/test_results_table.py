@@ -340,3 +340,14 @@ def test_a_verdict_never_prints_a_margin_that_is_not_zero_as_zero():
     text = verdict_of({0: 0.000643, 1: 0.000892, 2: 0.000746}).text()
     assert text == "holds at 3 seeds (margin +0.00076, 95% CI [+0.00045, +0.0011])"
     assert verdict_of([-0.7, -0.6, -0.8]).text() == "does not hold at 3 seeds (margin -0.70, 95% CI [-0.95, -0.45])"
+
+
+def test_a_table_of_single_seed_endpoints_states_its_floor_when_asked():
+    """A convergence table's cells are plain endpoints (no 'mean ± std (n=k)' to recognise): with state_floor the
+    caption still says what a trivial predictor scores on its test set (a uniform guess over 10 classes here)."""
+    from fedlib.studies.report import ResultsTable
+
+    rows = [{"method": "FedAvg", "round 10 (reference)": 71.5, "round 30 (3x)": 74.0}]
+    assert "chance" not in ResultsTable(rows, test_set="balanced", classes=10)._repr_html_()
+    assert "chance: 10% (a uniform guess over 10 classes)" in ResultsTable(rows, test_set="balanced", classes=10,
+                                                                             state_floor=True)._repr_html_()

@@ -128,7 +128,7 @@ def show_convergence(chapter: str, grid: dict, metric: str, labels: dict, title:
         return rows
     records = [r for recs in (*reference.values(), *longer.values()) for r in recs]
     show_table(rows, records, "reference", test_set, note=f"{title}; {metric} at the last evaluation (%); gap in "
-                                                          "points")
+                                                          "points", state_floor=True)
     print("\n".join(convergence_verdict(rows)))
     R = next(cfgs[0].rounds for cfgs in grid.values()) // 3
     plot_convergence(longer, R, metric, labels, title, ylabel, local_test=local_test)

@@ -207,11 +207,12 @@ class ResultsTable:
     """A results table as the book shows it: no index column, one number format, at most ``max_columns``
     columns per part (wider tables are split, the first ``keys`` columns repeated), and a provenance line.
     ``floors``: the floors of its test sets as ``floors_of`` gave them where the table has no records (the Results
-    overview reads them from a chapter's summary)."""
+    overview reads them from a chapter's summary); ``state_floor``: state them even where no cell has ``fmt``'s form
+    (a table of single-seed endpoints and gaps)."""
 
     def __init__(self, table, records=(), scale: str = "", test_set: str = "", note: str = "",
                  keys: int = 1, max_columns: int = 6, classes: int | None = None, at_chance: str = "",
-                 floors: list | None = None):
+                 floors: list | None = None, state_floor: bool = False):
         import pandas as pd
 
         df = table if isinstance(table, pd.DataFrame) else pd.DataFrame(table)
@@ -230,6 +231,7 @@ class ResultsTable:
         self.caption = provenance_line(self.records, scale, test_set) if self.records else ""
         self.note = note
         self.scale, self.at_chance, self.marked, self.test_set = scale, at_chance, 0, test_set
+        self.state_floor = state_floor
         self._mark_near_chance(classes, floors)
 
     def _mark_near_chance(self, classes: int | None = None, given: list | None = None) -> None:
@@ -257,7 +259,7 @@ class ResultsTable:
                                                           float(m.group(1)) <= threshold):
                         self.df.at[i, col] = f"{value} †"
                         marked += 1
-        if found:
+        if found or self.state_floor:
             line = "; ".join(text for _, text, _ in floors)
             if marked:
                 line += f"; † {rule}: at this budget that model barely trained ({marked} cells)"
@@ -324,12 +326,13 @@ class ResultsTable:
 
 
 def show_table(table, records=(), scale: str = "", test_set: str = "", note: str = "", keys: int = 1,
-               max_columns: int = 6, at_chance: str = "") -> None:
+               max_columns: int = 6, at_chance: str = "", state_floor: bool = False) -> None:
     """Display a results table with its provenance (see ``ResultsTable``); ``at_chance``: why cells below twice
     chance are the finding at this scale (without it such cells fail the book's build at book scale)."""
     from IPython.display import display
 
-    shown = ResultsTable(table, records, scale, test_set, note, keys, max_columns, at_chance=at_chance)
+    shown = ResultsTable(table, records, scale, test_set, note, keys, max_columns, at_chance=at_chance,
+                         state_floor=state_floor)
     display(shown)
 
 
