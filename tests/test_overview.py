@@ -96,6 +96,23 @@ def test_best_evidence_takes_the_highest_scale_that_checked_each_claim():
     assert "book: inconclusive at 1 seed (margin +5.00, no interval)" in html
 
 
+def test_one_paper_scale_seed_does_not_outrank_three_reference_scale_seeds():
+    """A one-seed verdict has no interval and can decide nothing: the reference scale's three seeds decide the
+    claim, and the paper-scale seed is shown beside it; with two paper-scale seeds the paper scale decides again,
+    and a one-seed reference verdict never gives way to a three-seed book verdict (book scale tests no claim)."""
+    from fedlib.studies.verdicts import best_evidence
+
+    paper_one = [Claim("a", "p", "o", True, margins={0: 1.0})]
+    reference = [Claim("a", "p", "o", False, margins={0: -2.0, 1: -2.2, 2: -1.8})]
+    ((scale, claim, others),) = best_evidence({"reference": reference, "paper": paper_one})
+    assert scale == "reference" and claim.verdict.outcome == "does not hold" and list(others) == ["paper"]
+    paper_two = [Claim("a", "p", "o", True, margins={0: 1.0, 1: 1.2})]
+    assert best_evidence({"reference": reference, "paper": paper_two})[0][0] == "paper"
+    book = [Claim("a", "p", "o", True, margins={0: 1.0, 1: 1.2, 2: 0.9})]
+    assert best_evidence({"book": book, "reference": [Claim("a", "p", "o", True, margins={0: 1.0})]})[0][0] == \
+        "reference"
+
+
 def test_a_hypothesis_of_the_book_is_shown_and_tested_but_never_counted_as_a_claim_of_the_paper():
     from fedlib.studies.verdicts import best_evidence_html, verdict_html
 

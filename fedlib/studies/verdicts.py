@@ -155,9 +155,14 @@ def verdict_html(claims: list[Claim], scale_note: str) -> str:
             f"</thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
+RECORDED = ("paper", "reference")   # the scales that test a paper's claim (committed records)
+
+
 def best_evidence(by_scale: dict[str, list[Claim]]) -> list[tuple[str, Claim, dict[str, Claim]]]:
-    """Per claim (matched by its text), the scale that decides it: the highest scale with records (paper, then
-    reference, then book) where the claim was checked; returns (that scale, its claim, {other scale: claim})."""
+    """Per claim (matched by its text), the scale that decides it: the highest recorded scale (paper, then
+    reference) whose verdict has an interval (two seeds or more: a one-seed verdict is inconclusive whatever its
+    margin, so one paper-scale seed does not outrank three reference-scale seeds), else the highest scale where
+    the claim was checked (book last); returns (that scale, its claim, {other scale: claim})."""
     from fedlib.experiment import SCALES
 
     order = [s for s in reversed(SCALES) if by_scale.get(s)]
@@ -167,14 +172,16 @@ def best_evidence(by_scale: dict[str, list[Claim]]) -> list[tuple[str, Claim, di
     out = []
     for text in texts:
         found = {s: c for s in order for c in by_scale[s] if c.claim == text}
-        best = next((s for s in found if found[s].verdict.outcome != "not checked"), next(iter(found)))
+        checked = [s for s in found if found[s].verdict.outcome != "not checked"]
+        with_interval = [s for s in checked if s in RECORDED and found[s].verdict.interval is not None]
+        best = (with_interval or checked or list(found))[0]
         out.append((best, found[best], {s: c for s, c in found.items() if s != best}))
     return out
 
 
 def best_evidence_html(by_scale: dict[str, list[Claim]], notes: dict[str, str]) -> str:
-    """The verdict box closing a chapter, best evidence first: each claim's verdict at the highest scale that has
-    records for it, with its margin, interval and seeds, and the other scales' verdicts beside it. ``notes``: what
+    """The verdict box closing a chapter, best evidence first: each claim's verdict at the scale ``best_evidence``
+    picks for it, with its margin, interval and seeds, and the other scales' verdicts beside it. ``notes``: what
     each scale is (rounds, seeds, which records), or why a scale decides nothing yet."""
     css = {"holds": "yes", "does not hold": "no", "inconclusive": "na", "not checked": "na"}
     rows, decided_at = [], []
