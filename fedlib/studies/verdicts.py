@@ -206,8 +206,9 @@ def best_evidence_html(by_scale: dict[str, list[Claim]], notes: dict[str, str]) 
         for s in dict.fromkeys(s for s, _ in decided_at))
     scales = "".join(f"<li><strong>{html.escape(s)}</strong>: {html.escape(n)}</li>" for s, n in notes.items())
     extra = f", and {hypotheses} hypotheses of this book" if hypotheses else ""
+    decided = f"decided at {html.escape(counts)}" if counts else "none to decide"
     return (f"<div class='verdict'><p><strong>Verdict per claim, best evidence first</strong> ({len(decided_at)} "
-            f"claims of the paper{extra}; decided at {html.escape(counts)}). Rule: 95% t-interval of the per-seed "
+            f"claims of the paper{extra}; {decided}). Rule: 95% t-interval of the per-seed "
             f"margin, paired by seed (see the introduction); only reference and paper scale test a claim of the "
             f"paper.</p><ul>{scales}</ul>"
             f"<table><thead><tr><th>claim</th><th>paper</th><th>ours (deciding scale)</th><th>verdict</th>"
