@@ -53,6 +53,27 @@ def test_the_flower_page_lists_the_methods_secagg_serves_as_the_code_decides():
     assert f"refused ({len(refused)}): {', '.join(refused)}" in text
 
 
+def test_the_quick_start_lists_every_registered_chapter_with_its_notebooks_parameters():
+    """The quick start's chapter list is written at build time (``fedlib-chapters``) from the chapter registry and
+    each notebook's papermill parameters cell: a sixth chapter, or a new parameter, appears with no edit of the
+    page."""
+    import importlib.util
+    import sys
+
+    from fedlib.studies.registry import chapters
+
+    assert "```{fedlib-chapters}" in (ROOT / "book" / "quickstart.md").read_text()
+    spec = importlib.util.spec_from_file_location("fedlib_lists", ROOT / "book" / "_ext" / "fedlib_lists.py")
+    ext = importlib.util.module_from_spec(spec)
+    sys.modules["fedlib_lists"] = ext
+    spec.loader.exec_module(ext)
+    text = ext.chapter_list().astext()
+    for name, chapter in chapters().items():
+        assert f"{chapter.title}: notebooks/{name}.ipynb; parameters scale, " in text
+    assert "Five methods side by side: notebooks/compare.ipynb; parameters scale, device, executor" in text
+    assert "FedGPA: notebooks/fedgpa.ipynb; parameters scale, settings, s_values, methods, device, executor" in text
+
+
 @pytest.mark.parametrize("notebook", sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")))
 def test_every_figure_has_a_caption_of_its_own(notebook):
     """In the committed (executed) notebooks every cell that draws a figure is followed by a caption, a markdown cell
