@@ -31,21 +31,27 @@ def test_no_chapter_states_a_book_scale_budget_in_prose(notebook):
     assert not found, f"{notebook}: prose states a book-scale budget the code may change: {found}"
 
 
-def test_the_flower_page_lists_the_methods_secagg_serves_as_the_code_decides():
-    """The page holds no hand-written list: the book's ``fedlib-secagg`` directive writes it at build time from the
-    method classes (a method added later lands in its group with no edit of the page)."""
+def book_extension():
+    """The book's Sphinx extension ``book/_ext/fedlib_lists.py`` (not a package module), loaded by path."""
     import importlib.util
     import sys
 
+    spec = importlib.util.spec_from_file_location("fedlib_lists", ROOT / "book" / "_ext" / "fedlib_lists.py")
+    ext = importlib.util.module_from_spec(spec)
+    sys.modules["fedlib_lists"] = ext
+    spec.loader.exec_module(ext)
+    return ext
+
+
+def test_the_flower_page_lists_the_methods_secagg_serves_as_the_code_decides():
+    """The page holds no hand-written list: the book's ``fedlib-secagg`` directive writes it at build time from the
+    method classes (a method added later lands in its group with no edit of the page)."""
     from fedlib.methods import METHODS
 
     page = (ROOT / "book" / "flower.md").read_text()
     assert "```{fedlib-secagg}" in page and not re.search(r"^- \*\*(served|refused)\*\*", page, re.M)
     assert "fedlib_lists: _ext" in (ROOT / "book" / "_config.yml").read_text()
-    spec = importlib.util.spec_from_file_location("fedlib_lists", ROOT / "book" / "_ext" / "fedlib_lists.py")
-    ext = importlib.util.module_from_spec(spec)
-    sys.modules["fedlib_lists"] = ext
-    spec.loader.exec_module(ext)
+    ext = book_extension()
     text = ext.secagg_list().astext()
     served = sorted(n for n, cls in METHODS.items() if cls.sums_uploads())
     refused = sorted(n for n, cls in METHODS.items() if not cls.sums_uploads())
@@ -57,16 +63,10 @@ def test_the_quick_start_lists_every_registered_chapter_with_its_notebooks_param
     """The quick start's chapter list is written at build time (``fedlib-chapters``) from the chapter registry and
     each notebook's papermill parameters cell: a sixth chapter, or a new parameter, appears with no edit of the
     page."""
-    import importlib.util
-    import sys
-
     from fedlib.studies.registry import chapters
 
     assert "```{fedlib-chapters}" in (ROOT / "book" / "quickstart.md").read_text()
-    spec = importlib.util.spec_from_file_location("fedlib_lists", ROOT / "book" / "_ext" / "fedlib_lists.py")
-    ext = importlib.util.module_from_spec(spec)
-    sys.modules["fedlib_lists"] = ext
-    spec.loader.exec_module(ext)
+    ext = book_extension()
     text = ext.chapter_list().astext()
     for name, chapter in chapters().items():
         assert f"{chapter.title}: notebooks/{name}.ipynb; parameters scale, " in text
