@@ -568,30 +568,34 @@ def reading_grid(scale: str, n_train: int | None = None, bb: str = "m") -> dict:
 REGIMES = {f"{PAPER_SCALE['n_train']:,} per domain": None, f"{FEW_SHOT} per domain (official)": FEW_SHOT}
 
 
+def table2_baselines(n_train: int | None) -> dict[str, dict[str, list[dict]]]:
+    """{backbone set: {baseline: its committed paper-scale records}} of Table 2 in the regime ``n_train`` (FedPCL
+    and cells without records left out)."""
+    from fedlib.studies.common import stored_grid
+
+    table2 = stored_grid("fedpcl", table2_grid("paper", n_train))
+    return {bb: {m: table2[(bb, m)]["records"] for m in METHODS if m != "fedpcl" and table2[(bb, m)]["records"]}
+            for bb in BACKBONE_SET}
+
+
 def reading_regime_rows() -> tuple[list[dict], list[dict]]:
     """Table 2 per reading and data regime, from the committed paper-scale records: FedPCL in each reading (mean ±
     std over seeds, the share of test images predicted as class 0) beside Table 2's best baseline in the same regime
     and backbone set (the paired difference per seed, its mean and 95% interval; ``reading_regime_lines`` sets the
     paper's margin beside it). Returns (rows, the records behind them)."""
     from fedlib.studies.common import stored_grid
-    from fedlib.studies.verdicts import verdict_of
-
-    def paired(recs: list[dict], base: list[dict]):
-        acc = {int(r["seed"]): 100 * r["final"]["personal_local_acc"] for r in base}
-        return verdict_of({int(r["seed"]): 100 * r["final"]["personal_local_acc"] - acc[int(r["seed"])]
-                           for r in recs if int(r["seed"]) in acc})
+    from fedlib.studies.verdicts import PerSeed, verdict_of
 
     rows, records = [], []
     for regime, n_train in REGIMES.items():
-        table2 = stored_grid("fedpcl", table2_grid("paper", n_train))
-        for bb in BACKBONE_SET:
-            base = {m: table2[(bb, m)]["records"] for m in METHODS if m != "fedpcl" and table2[(bb, m)]["records"]}
+        for bb, base in table2_baselines(n_train).items():
             best = max(base, key=lambda m: mean_std(base[m])[0]) if base else None
             records += [r for recs in base.values() for r in recs]
             for name, cell in stored_grid("fedpcl", reading_grid("paper", n_train, bb)).items():
                 recs = cell["records"]
                 records += recs
-                diff = paired(recs, base[best]) if recs and best else None
+                diff = (verdict_of(PerSeed({"fedpcl": recs, "best": base[best]})(lambda a: a["fedpcl"] - a["best"]))
+                        if recs and best else None)
                 rows.append({
                     "regime": regime, "BB": bb, "reading": READING_LABELS[name], "seeds": len(recs),
                     "FedPCL (%)": fmt(mean_std(recs)) if recs else "-",
@@ -642,7 +646,6 @@ def solo_lines() -> list[str]:
     """Why Solo is hard to beat on digit4, in sentences generated from Table 2's committed records: per regime and
     backbone set, Solo's paired margin over FedAvg (one model for all four domains) and over the best other
     baseline, beside the paper's Solo - FedAvg (Digit-5)."""
-    from fedlib.studies.common import stored_grid
     from fedlib.studies.verdicts import PerSeed, verdict_of
 
     def interval(v) -> str:
@@ -650,9 +653,7 @@ def solo_lines() -> list[str]:
 
     lines = []
     for regime, n_train in REGIMES.items():
-        table2 = stored_grid("fedpcl", table2_grid("paper", n_train))
-        for bb in BACKBONE_SET:
-            cells = {m: table2[(bb, m)]["records"] for m in METHODS if m != "fedpcl" and table2[(bb, m)]["records"]}
+        for bb, cells in table2_baselines(n_train).items():
             if "local" not in cells or "fedavg" not in cells:
                 continue
             paired = PerSeed(cells)
