@@ -599,7 +599,8 @@ def test_fedpcl_readings_per_regime_against_the_best_baseline_and_why_solo_is_ha
     write(table2[("m", "fedavg")], [50, 50, 50])
     write(readings["pcl_infonce"], [61, 64, 64])
     write(readings["pcl_official"], [65, 67, 69])
-    rows, records = fedpcl.reading_regime_rows()
+    cells = fedpcl.reading_regime_cells()
+    rows, records = fedpcl.reading_regime_rows(cells)
     by = {(r["regime"], r["BB"], r["reading"]): r for r in rows}
     official = by[("100 per domain (official)", "m", fedpcl.READING_LABELS["pcl_official"])]
     infonce = by[("100 per domain (official)", "m", fedpcl.READING_LABELS["pcl_infonce"])]
@@ -608,7 +609,7 @@ def test_fedpcl_readings_per_regime_against_the_best_baseline_and_why_solo_is_ha
     assert official["FedPCL - best baseline"] == "+5.00" and official["95% CI"] == "[+5.00, +5.00]"
     assert official["best baseline (%)"].startswith("Solo 62.00") and official["predicted as class 0 (%)"] == "10.0"
     assert len(records) == 12
-    lines = fedpcl.reading_regime_lines(rows)
+    lines = fedpcl.reading_regime_lines(cells)
     assert lines[0] == "2,000 per domain: not recorded yet"
     assert lines[1].startswith("100 per domain (official): of 2 cells (reading x backbone set) FedPCL is ahead of the "
                                "best baseline in 1, behind in 0 and within the interval in 1")
@@ -634,7 +635,7 @@ def test_fedpcls_reading_prose_states_what_the_committed_records_and_the_paper_s
         assert 8.5 <= paper["fedpcl"][bb] - paper["fedavg"][bb] <= 8.8
         assert abs(paper["local"][bb] - paper["fedavg"][bb]) <= 2
         assert 6 <= min(paper["fedproto"][bb], paper["fedpcl"][bb]) - paper["local"][bb] <= 10
-    rows, _ = fedpcl.reading_regime_rows()
+    rows, _ = fedpcl.reading_regime_rows(fedpcl.reading_regime_cells())
     own, official = fedpcl.REGIMES
     printed = fedpcl.READING_LABELS["pcl"]
     recorded = [r for r in rows if r["seeds"]]

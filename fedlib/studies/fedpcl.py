@@ -578,62 +578,72 @@ def table2_baselines(n_train: int | None) -> dict[str, dict[str, list[dict]]]:
             for bb in BACKBONE_SET}
 
 
-def reading_regime_rows() -> tuple[list[dict], list[dict]]:
-    """Table 2 per reading and data regime, from the committed paper-scale records: FedPCL in each reading (mean ±
-    std over seeds, the share of test images predicted as class 0) beside Table 2's best baseline in the same regime
-    and backbone set (the paired difference per seed, its mean and 95% interval; ``reading_regime_lines`` sets the
-    paper's margin beside it). Returns (rows, the records behind them)."""
+def reading_regime_cells() -> list[dict]:
+    """Table 2 per reading and data regime, from the committed paper-scale records: one cell per regime, backbone
+    set and reading with FedPCL's records, Table 2's best baseline in the same regime and backbone set (the highest
+    mean) and its records, and FedPCL's paired difference to it per seed (a ``Verdict``: mean and 95% interval;
+    None where either side has no record)."""
     from fedlib.studies.common import stored_grid
     from fedlib.studies.verdicts import PerSeed, verdict_of
 
-    rows, records = [], []
+    cells = []
     for regime, n_train in REGIMES.items():
         for bb, base in table2_baselines(n_train).items():
             best = max(base, key=lambda m: mean_std(base[m])[0]) if base else None
-            records += [r for recs in base.values() for r in recs]
             for name, cell in stored_grid("fedpcl", reading_grid("paper", n_train, bb)).items():
                 recs = cell["records"]
-                records += recs
                 diff = (verdict_of(PerSeed({"fedpcl": recs, "best": base[best]})(lambda a: a["fedpcl"] - a["best"]))
                         if recs and best else None)
-                rows.append({
-                    "regime": regime, "BB": bb, "reading": READING_LABELS[name], "seeds": len(recs),
-                    "FedPCL (%)": fmt(mean_std(recs)) if recs else "-",
-                    "predicted as class 0 (%)": f"{predicted_share(recs):.1f}" if recs else "-",
-                    "best baseline (%)": f"{LABELS[best]} {fmt(mean_std(base[best]))}" if best else "-",
-                    "FedPCL - best baseline": f"{diff.mean:+.2f}" if diff else "-",
-                    "95% CI": f"[{diff.interval[0]:+.2f}, {diff.interval[1]:+.2f}]" if diff and diff.interval else "-"})
+                diff = diff if diff is not None and diff.mean is not None else None   # no seed in common: none
+                cells.append({"regime": regime, "bb": bb, "reading": name, "records": recs, "best": best,
+                              "best_records": base[best] if best else [],
+                              "baseline_records": [r for rs in base.values() for r in rs], "difference": diff})
+    return cells
+
+
+def reading_regime_rows(cells: list[dict]) -> tuple[list[dict], list[dict]]:
+    """The table of ``reading_regime_cells``: FedPCL in each reading (mean ± std over seeds, the share of test images
+    predicted as class 0) beside the best baseline, the paired difference and its 95% interval
+    (``reading_regime_lines`` sets the paper's margin beside it). Returns (rows, the records behind them)."""
+    rows, records = [], []
+    for c in cells:
+        recs, best, diff = c["records"], c["best"], c["difference"]
+        records += c["baseline_records"] + recs
+        rows.append({
+            "regime": c["regime"], "BB": c["bb"], "reading": READING_LABELS[c["reading"]], "seeds": len(recs),
+            "FedPCL (%)": fmt(mean_std(recs)) if recs else "-",
+            "predicted as class 0 (%)": f"{predicted_share(recs):.1f}" if recs else "-",
+            "best baseline (%)": f"{LABELS[best]} {fmt(mean_std(c['best_records']))}" if best else "-",
+            "FedPCL - best baseline": f"{diff.mean:+.2f}" if diff else "-",
+            "95% CI": f"[{diff.interval[0]:+.2f}, {diff.interval[1]:+.2f}]" if diff and diff.interval else "-"})
     return rows, list({id(r): r for r in records}.values())
 
 
-def reading_regime_lines(rows: list[dict]) -> list[str]:
-    """What the reading x regime table says, in sentences generated from its rows: per regime, in how many of its
-    cells (reading x backbone set) FedPCL is ahead of Table 2's best baseline with its paired 95% interval above
-    zero, behind it (below zero) or neither, its best cell, and which baseline is the best most often; then the
-    paper's margins beside them."""
+def reading_regime_lines(cells: list[dict]) -> list[str]:
+    """What ``reading_regime_cells`` says, in sentences: per regime, in how many of its cells (reading x backbone
+    set) FedPCL is ahead of Table 2's best baseline with its paired 95% interval above zero (the verdict rule's
+    "holds"), behind it (below zero) or neither, its best cell, and which baseline is the best most often; then
+    the paper's margins beside them."""
     from collections import Counter
 
-    def side(row: dict) -> str:
-        if row["95% CI"] == "-":
-            return "undecided"
-        lo, hi = (float(v) for v in row["95% CI"].strip("[]").split(","))
-        return "ahead" if lo > 0 else "behind" if hi < 0 else "undecided"
-
+    side = {"holds": "ahead", "does not hold": "behind"}
     lines = []
     for regime in REGIMES:
-        done = [r for r in rows if r["regime"] == regime and r["FedPCL - best baseline"] != "-"]
+        done = [c for c in cells if c["regime"] == regime and c["difference"]]
         if not done:
             lines.append(f"{regime}: not recorded yet")
             continue
-        top = max(done, key=lambda r: float(r["FedPCL - best baseline"]))
-        sides = Counter(side(r) for r in done)
-        name, count = Counter(r["best baseline (%)"].split()[0] for r in done).most_common(1)[0]
+        top = max(done, key=lambda c: c["difference"].mean)
+        sides = Counter(side.get(c["difference"].outcome, "undecided") for c in done)
+        name, count = Counter(c["best"] for c in done).most_common(1)[0]
+        interval = top["difference"].interval
+        ci = f"[{interval[0]:+.2f}, {interval[1]:+.2f}]" if interval else "-"
         lines.append(f"{regime}: of {len(done)} cells (reading x backbone set) FedPCL is ahead of the best baseline "
                      f"in {sides['ahead']}, behind in {sides['behind']} and within the interval in "
-                     f"{sides['undecided']} (95% paired intervals); its best cell is {top['reading']}, {top['BB']}, "
-                     f"{top['FedPCL - best baseline']} points {top['95% CI']}; the best baseline is {name} in "
-                     f"{count} of {len(done)}")
-    if any(r["FedPCL - best baseline"] != "-" for r in rows):
+                     f"{sides['undecided']} (95% paired intervals); its best cell is {READING_LABELS[top['reading']]}, "
+                     f"{top['bb']}, {top['difference'].mean:+.2f} points {ci}; the best baseline "
+                     f"is {LABELS[name]} in {count} of {len(done)}")
+    if any(c["difference"] for c in cells):
         margins = []
         for bb in BACKBONE_SET:
             best = max((m for m in METHODS if m != "fedpcl"), key=lambda m: PAPER_T2[m][bb][3])
