@@ -409,11 +409,11 @@ def late_clients_grid(scale: str) -> dict:
 def late_clients(scale: str, store: str | None = None) -> tuple[list[dict], dict, dict]:
     """Table VII: clients that join in the last round. Returns (rows, {method: (A_loc, A_glo) in %}, runs)."""
     runs = run_grid(late_clients_grid(scale), desc="Table VII", progress=False, store=store)
-    new = {m: (100 * last(recs, "a_loc", scale)[0], 100 * last(recs, "a_glo", scale)[0]) for m, recs in runs.items()}
-    rows = [{"method": LABELS[m], "new clients A_loc": _fmt_last(runs[m], "a_loc", scale),
-             "A_glo": _fmt_last(runs[m], "a_glo", scale),
+    stats = {m: (last(recs, "a_loc", scale), last(recs, "a_glo", scale)) for m, recs in runs.items()}
+    new = {m: (100 * loc[0], 100 * glo[0]) for m, (loc, glo) in stats.items()}
+    rows = [{"method": LABELS[m], "new clients A_loc": fmt(loc), "A_glo": fmt(glo),
              "paper A_loc / A_glo (CIFAR-10 s=5, gamma=0.5)": f"{PAPER_T7[m][0]:.2f} / {PAPER_T7[m][1]:.2f}"}
-            for m in new]
+            for m, (loc, glo) in stats.items()]
     return rows, new, runs
 
 
