@@ -37,7 +37,7 @@ from fedlib.experiment import Config, make_config
 from fedlib.studies.common import RUNTIME, method_labels, with_seeds
 from fedlib.studies.grid import Scales
 from fedlib.studies.registry import register_chapter
-from fedlib.studies.report import local
+from fedlib.studies.report import fmt, local
 from fedlib.studies.verdicts import Claim
 
 METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "fedproto", "ditto", "fedrep", "fedpac",
@@ -61,6 +61,8 @@ CHECK_DATASET, CHECK_PARTITION = "mnist", "dominant"   # MNIST as a check, on th
 HEADLINE_KEYS = 2   # leading label columns of the headline rows the Results overview shows
 METRIC = "personal_local_acc"
 LOCAL_TEST = local("each client's local test set (test images drawn with the client's own label mix)")
+HELDOUT_TEST = local("each client's share of the held-out split (10,000 training images, drawn with the client's own "
+                     "label mix): the tuning runs' test set")
 
 SCALES = Scales(
     # ci: the code's test (tiny data, two rates, the first value of each knob)
@@ -144,6 +146,13 @@ def tuning_grid(scale: str) -> dict:
 def per_seed(records: list[dict], metric: str = METRIC) -> dict[int, float]:
     """{seed: the last-round value of ``metric`` (%)} (no best-round picking)."""
     return {int(r["seed"]): 100 * r["final"][metric] for r in records if r["final"].get(metric) is not None}
+
+
+def last_round_stats(records: list[dict], metric: str = METRIC) -> tuple[float, float, int]:
+    """(mean, population std, seeds) of the last-round ``metric`` as a fraction, for ``report.fmt`` (the records
+    ``per_seed`` reads: a diverged seed has no value)."""
+    values = [r["final"][metric] for r in records if r["final"].get(metric) is not None]
+    return float(np.mean(values)), float(np.std(values)), len(values)
 
 
 def tuning_score(records: list[dict]) -> str:
@@ -299,8 +308,7 @@ def side_by_side(runs: dict, kind: str) -> list[dict]:
         diverged = sum("diverged" in r for r in runs[(kind, m)])   # seeds whose loss became nan: not averaged
         rows.append({
             "method": LABELS[m],
-            "personalized (%)": (f"{means[m]:.2f} ± {np.std(list(scores[m].values())):.2f} (n={len(scores[m])})"
-                                 if len(scores[m]) > 1 else f"{means[m]:.2f} (n=1)")
+            "personalized (%)": fmt(last_round_stats(runs[(kind, m)]))
             + (f" ({diverged} seed{'s' if diverged > 1 else ''} diverged)" if diverged else ""),
             "difference to the best": "-" if to_best is None else f"{to_best.mean:+.2f}",
             "95% CI": "-" if to_best is None or to_best.interval is None else

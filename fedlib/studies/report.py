@@ -134,8 +134,8 @@ def majority_floor(records: list[dict]) -> float | None:
 
 
 def provenance_line(records: list[dict], scale: str, test_set: str) -> str:
-    """One line saying what a results table is made of: scale, data, model, test set, seeds and how the
-    spread is computed, code version, device, wall time."""
+    """One line saying what a results table is made of: scale, data, model, test set (none for a table of costs:
+    ``test_set`` empty), seeds and how the spread is computed, code version, device, wall time."""
     if not records:
         return f"scale {scale}; no runs"
     cfgs = [r["config"] for r in records]
@@ -146,7 +146,7 @@ def provenance_line(records: list[dict], scale: str, test_set: str) -> str:
     return (
         f"scale {scale}; data {_listed(c['dataset'] for c in cfgs)}; model {_listed(model_name(c) for c in cfgs)}; "
         f"{_listed(c['num_clients'] for c in cfgs)} clients, {_listed(c['rounds'] for c in cfgs)} rounds; "
-        f"test: {test_set}; seeds {_listed(seeds, 5)}: {spread}; "
+        + (f"test: {test_set}; " if test_set else "") + f"seeds {_listed(seeds, 5)}: {spread}; "
         f"code {_listed(r.get('code_version', '?') for r in records)}; "
         f"device {_listed(r.get('device', '?') for r in records)}; precision "
         f"{_listed(r.get('precision', 'fp32') for r in records)}; {len(records)} runs, {wall_s} of training"
