@@ -119,28 +119,22 @@ def grid_work(chapter: str, scale: str = "paper") -> tuple[int, int, float, int]
     """(runs, evaluations, training FLOPs, training samples) of a chapter's grid at ``scale``: every client's
     share of its run's training set, times the local epochs, times the expected participants per round."""
 
-    from fedlib.data.partition import partition_with_server
+    from fedlib.experiment.wiring import client_sizes
     from fedlib.studies.common import recording_order
     from fedlib.studies.registry import study as chapter_study
 
     study = chapter_study(chapter)
     configs = recording_order(study.tables(scale))
-    sizes, flops, loaded = {}, {}, {}
+    flops, loaded = {}, {}
     samples = total = evals = 0
     for cfg in configs:
         data_key = (cfg.dataset, repr(cfg.data_options), repr(cfg.backbones), cfg.backbone_input)
         if data_key not in loaded:
             loaded[data_key] = load_data(cfg)
-        data = loaded[data_key]
         model_key = (data_key, cfg.model)
         if model_key not in flops:
-            flops[model_key] = flops_per_sample(cfg, data)
-        part_key = (data_key, repr(cfg.partition), cfg.num_clients, cfg.seed)
-        if part_key not in sizes:
-            parts, _ = partition_with_server(data.train_y.numpy(), data.num_classes, cfg.num_clients, cfg.partition,
-                                             cfg.seed, None if data.train_domain is None else data.train_domain.numpy())
-            sizes[part_key] = sum(len(p) for p in parts)
-        n = sizes[part_key] * cfg.participation.fraction * cfg.local_epochs * cfg.rounds
+            flops[model_key] = flops_per_sample(cfg, loaded[data_key])
+        n = sum(client_sizes(cfg)) * cfg.participation.fraction * cfg.local_epochs * cfg.rounds
         samples += n
         total += n * flops[model_key]
         evals += cfg.rounds // cfg.evaluation.every

@@ -290,6 +290,20 @@ def test_drop_last_skips_each_epochs_partial_batch_in_every_executor(executor):
         assert a.result.steps == 2 * -(-n // 32)
 
 
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_training_steps_counts_the_steps_the_engine_takes(drop_last):
+    """``training_steps`` (the chapters' share of a paper-scale run) reads only the partition's sizes; it agrees with
+    the steps the clients take in two rounds of a run, and with half of them where half the clients take part."""
+    from fedlib.experiment.wiring import client_sizes, training_steps
+
+    cfg = make_config(method="fedavg", **{**DIGITS, "rounds": 2, "drop_last": drop_last})
+    rounds, fed = compare_rounds("fedavg", "sequential", rounds=2, drop_last=drop_last)
+    assert list(client_sizes(cfg)) == [len(idx) for idx in fed.setup.train_idx]
+    assert training_steps(cfg) == sum(r.result.steps for reference, _, _ in rounds for r in reference)
+    half = make_config(method="fedavg", **{**DIGITS, "rounds": 2, "drop_last": drop_last, "fraction": 0.5})
+    assert training_steps(half) == round(training_steps(cfg) / 2)
+
+
 def test_drop_last_keeps_the_one_batch_of_a_client_smaller_than_a_batch():
     from fedlib.engine.training import full_batches
 

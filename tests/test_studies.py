@@ -215,6 +215,22 @@ def test_every_listed_claim_names_a_recorded_table_with_runs(chapter):
         assert int(row["runs"].split()[0]) > 0 and "seeds [0, 1, 2]" in row["runs"]
 
 
+def test_each_chapters_status_box_states_the_share_of_a_paper_scale_runs_training_steps():
+    """pFedCSPC's reference scale keeps the paper's data and batch and cuts 100 rounds of 10 epochs to 30 of 2: 6.0%
+    of the steps; FedMate's 200 x 5 to 40 x 2: 8.0%; FedPCL's reference scale is its paper scale."""
+    import html
+
+    from fedlib.studies.registry import chapters
+
+    every = chapters()
+    pfedcspc = every["pfedcspc"].training_share()
+    assert pfedcspc.startswith(f"each run makes {100 * 30 * 2 / (100 * 10):.1f}% of a paper-scale run's training steps")
+    assert "60,000 training images, batch 64" in pfedcspc
+    assert html.escape(pfedcspc) in every["pfedcspc"].status_html("ci")
+    assert every["fedmate"].training_share().startswith(f"each run makes {100 * 40 * 2 / (200 * 5):.1f}%")
+    assert every["fedpcl"].training_share().startswith("each run has a paper-scale run's budget")
+
+
 def test_fedgpa_reads_its_claims_from_committed_records_of_complete_settings(tmp_path, monkeypatch):
     """Records of every reference-scale config (made up: FedGPA a point above the rest, seed-dependent) under a
     results folder: the claims are computed on the complete settings, with all three seeds, the ablation and the

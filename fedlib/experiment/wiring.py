@@ -1,6 +1,8 @@
 """A validated config wired into a Federation: seeds, data (features of frozen backbones), model, method."""
 from __future__ import annotations
 
+import functools
+import json
 import random
 
 import numpy as np
@@ -26,6 +28,32 @@ def load_data(cfg: Config):
 
         data = featurize(data, list(cfg.backbones), cache_dir=DEFAULT_CACHE, input_size=cfg.backbone_input)
     return data
+
+
+def client_sizes(cfg: Config) -> tuple[int, ...]:
+    """How many training samples each client of the run holds (its partition, without loading more than labels)."""
+    return _client_sizes(cfg.dataset, json.dumps(cfg.data_options, sort_keys=True),
+                         json.dumps(cfg.partition, sort_keys=True, default=str), cfg.num_clients, cfg.seed)
+
+
+def training_steps(cfg: Config) -> int:
+    """The local steps a run makes: per client, its share of the training set over the batch size (rounded up, or
+    down with ``drop_last``, which keeps the one batch of a client smaller than a batch), times the local epochs, the
+    rounds and the share of clients taking part (expected)."""
+    per_epoch = sum(max(n // cfg.batch_size, 1) if cfg.drop_last else -(-n // cfg.batch_size)
+                    for n in client_sizes(cfg) if n)
+    return round(per_epoch * cfg.local_epochs * cfg.rounds * cfg.participation.fraction)
+
+
+@functools.lru_cache(maxsize=64)
+def _client_sizes(dataset: str, data_options: str, partition: str, num_clients: int, seed: int) -> tuple[int, ...]:
+    from fedlib.data import load_dataset
+    from fedlib.data.partition import partition_with_server
+
+    data = load_dataset(dataset, **json.loads(data_options))
+    parts, _ = partition_with_server(data.train_y.numpy(), data.num_classes, num_clients, json.loads(partition), seed,
+                                     None if data.train_domain is None else data.train_domain.numpy())
+    return tuple(len(p) for p in parts)
 
 
 def free_memory(device: str) -> int:

@@ -157,6 +157,28 @@ class Chapter:
                                 f"({coverage_text(self.coverage(scale))}): it decides no claim")
         return by_scale, notes
 
+    def training_share(self, scale: str = "reference") -> str:
+        """What share of a paper-scale run's local training steps a run at ``scale`` makes, read on the first cell of
+        the first table with runs at both scales (the headline table, or the tuning grid before its choices)."""
+        from fedlib.experiment.wiring import client_sizes, training_steps
+
+        tables = {s: self.study.tables(s) for s in (scale, "paper")}
+        name = next((n for n, g in tables[scale].items() if n != "convergence" and g and tables["paper"].get(n)), None)
+        if name is None:
+            return ""
+        ours, paper = tables[scale][name], tables["paper"][name]
+        cell = next(iter(ours))
+        cfg, full = ours[cell][0], (paper.get(cell) or next(iter(paper.values())))[0]
+
+        def budget(c) -> str:
+            return (f"{c.rounds} rounds of {c.local_epochs} local epoch{'s' if c.local_epochs > 1 else ''} on "
+                    f"{sum(client_sizes(c)):,} training images, batch {c.batch_size}")
+
+        if budget(cfg) == budget(full):
+            return f"each run has a paper-scale run's budget ({cfg.method}: {budget(cfg)})"
+        return (f"each run makes {100 * training_steps(cfg) / training_steps(full):.1f}% of a paper-scale run's "
+                f"training steps ({cfg.method}: {budget(cfg)}; paper scale: {budget(full)})")
+
     def status_html(self, scale: str) -> str:
         """The box at the top of the chapter: reference- and paper-scale coverage from the committed records, and
         what the scale this page ran at can and cannot say."""
@@ -165,8 +187,10 @@ class Chapter:
         from fedlib.experiment import RECORDED_SCALES
         from fedlib.studies.report import SCALE_MEANING, coverage_text
 
+        share = {"reference": self.training_share("reference")}
         parts = [f"{s.capitalize()} scale: {html.escape(coverage_text(self.coverage(s)))}"
-                 f" (<code>python -m fedlib records {self.name} --scale {s}</code> adds the rest)"
+                 + (f"; {html.escape(share[s])}" if share.get(s) else "")
+                 + f" (<code>python -m fedlib records {self.name} --scale {s}</code> adds the rest)"
                  for s in RECORDED_SCALES]
         return (f"<div class='verdict'><p><strong>Where this chapter stands.</strong> {'. '.join(parts)}; records "
                 f"are committed under <code>results/{self.name}/</code>. This page runs at scale "
