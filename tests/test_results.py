@@ -202,6 +202,35 @@ def test_record_grid_writes_each_record_once_and_goes_on_after_a_failure(tmp_pat
     assert (again["done"], again["skipped"]) == (0, 2)
 
 
+def test_record_grid_projects_the_training_left_from_the_recorded_runs_rate_per_step(tmp_path):
+    """Two FedAvg runs recorded: a FedAvg run of twice the rounds and a FedProx run (no record of its own: every
+    record's rate) are projected at the median seconds per local step of the records, on the same kind of device."""
+    import statistics
+    from types import SimpleNamespace
+
+    from fedlib.experiment.wiring import training_steps
+    from fedlib.studies.common import record_grid
+    from fedlib.studies.grid import projected_hours
+
+    good = [make_config(method="fedavg", **{**DIGITS, "rounds": 1}, seed=s) for s in (0, 1)]
+    record_grid(good, "demo", workers=2, device="cpu", executor="sequential", root=tmp_path, log=lambda line: None,
+                cache_dir=tmp_path / "cache")
+    todo = [make_config(method="fedavg", **{**DIGITS, "rounds": 2}), make_config(method="fedprox", **DIGITS)]
+    lines: list[str] = []
+    record_grid(good + todo, "demo", workers=2, deadline_s=0.0, device="cpu", executor="sequential", root=tmp_path,
+                log=lines.append, cache_dir=tmp_path / "cache")
+    rate = statistics.median(s.record["wall_time_s"] / training_steps(c)
+                             for c, s in zip(good, results.lookup("demo", good, tmp_path)))
+    hours = (training_steps(todo[0]) + training_steps(todo[1])) * rate / 3600
+    assert training_steps(todo[0]) == 2 * training_steps(good[0])
+    assert projected_hours(good + todo, results.lookup("demo", good + todo, tmp_path), todo, "cpu") == \
+        pytest.approx(hours, rel=1e-12)
+    assert f"about {hours:.1f} h of training left at the recorded runs' rate per local step on cpu" in lines[0]
+    assert f"(about {hours / 2:.1f} h with 2 worker(s) at once)" in lines[0]
+    gpu = [SimpleNamespace(stale=False, record={"device": "cuda (H100)", "wall_time_s": 1.0})] * 2
+    assert projected_hours(good, gpu, todo, "cpu") is None   # no record on this kind of device
+
+
 def test_record_grid_starts_nothing_past_its_deadline(tmp_path):
     from fedlib.studies.common import record_grid
 

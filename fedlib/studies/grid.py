@@ -256,6 +256,25 @@ def _record_job(configs: list[Config], chapter: str, root, deadline: float | Non
     return out
 
 
+def projected_hours(configs: list[Config], hits: list, todo: list[Config], device: str) -> float | None:
+    """Hours of training the configs ``todo`` need on ``device`` (cpu | cuda), at the rate per local step
+    (``training_steps``) of the recorded runs among ``configs`` on that kind of device (``hits``: their
+    ``results.lookup``): the median over the same method's records, or over every record where the method has none
+    yet. None before any record on that kind of device."""
+    import statistics
+
+    from fedlib.experiment.wiring import training_steps
+
+    rates: dict[str, list[float]] = {}
+    for cfg, hit in zip(configs, hits):
+        if hit is not None and not hit.stale and str(hit.record.get("device", "")).startswith(device):
+            rates.setdefault(cfg.method, []).append(hit.record["wall_time_s"] / training_steps(cfg))
+    if not rates:
+        return None
+    every = [r for method in rates.values() for r in method]
+    return sum(training_steps(c) * statistics.median(rates.get(c.method, every)) for c in todo) / 3600
+
+
 def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_s: float | None = None,
                 device: str = "cuda", executor: str = "batched", root=None, log=print,
                 max_runs: int | None = None, cache_dir=None, scale: str = "paper") -> dict:
@@ -293,9 +312,14 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
     batched = executor == "batched"
     jobs = [[todo[i] for i in g] for g in lockstep_groups(todo, max_runs)] if batched else [[c] for c in todo]
     known = sum(c.key() in diverged for c in configs)
+    kind = device.split(":")[0]
+    hours = projected_hours(configs, results.lookup(chapter, configs, root), todo, kind) if todo else None
     log(f"{chapter} at scale {scale}: {len(configs)} configs, {len(configs) - len(todo) - known} already recorded, "
         + (f"{known} recorded as diverged, " if known else "")
-        + f"{len(todo)} to run on {device} ({executor}, {len(jobs)} job(s)) with {workers} worker(s)")
+        + f"{len(todo)} to run on {device} ({executor}, {len(jobs)} job(s)) with {workers} worker(s)"
+        + ("" if hours is None else f"; about {hours:.1f} h of training left at the recorded runs' rate per local "
+                                    f"step on {kind} (about {hours / max(workers, 1):.1f} h with "
+                                    f"{workers} worker(s) at once)"))
     counts = {"done": 0, "failed": 0, "left": 0}
     if not jobs:   # everything recorded: no worker process to start
         return {"done": 0, "failed": 0, "skipped": len(configs), "left": 0, "wall_s": time.time() - start}
