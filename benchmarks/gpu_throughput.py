@@ -119,7 +119,7 @@ def grid_work(chapter: str, scale: str = "paper") -> tuple[int, int, float, int]
     """(runs, evaluations, training FLOPs, training samples) of a chapter's grid at ``scale``: every client's
     share of its run's training set, times the local epochs, times the expected participants per round."""
 
-    from fedlib.experiment.wiring import client_sizes
+    from fedlib.experiment.wiring import training_samples
     from fedlib.studies.common import recording_order
     from fedlib.studies.registry import study as chapter_study
 
@@ -134,7 +134,7 @@ def grid_work(chapter: str, scale: str = "paper") -> tuple[int, int, float, int]
         model_key = (data_key, cfg.model)
         if model_key not in flops:
             flops[model_key] = flops_per_sample(cfg, loaded[data_key])
-        n = sum(client_sizes(cfg)) * cfg.participation.fraction * cfg.local_epochs * cfg.rounds
+        n = training_samples(cfg)
         samples += n
         total += n * flops[model_key]
         evals += cfg.rounds // cfg.evaluation.every

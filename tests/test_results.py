@@ -185,6 +185,7 @@ def test_fedpcl_claims_against_hand_made_results():
 
 @pytest.mark.slow
 def test_record_grid_writes_each_record_once_and_goes_on_after_a_failure(tmp_path):
+    from fedlib.experiment.wiring import training_samples
     from fedlib.studies.common import record_grid
 
     good = [make_config(method="fedavg", **{**DIGITS, "rounds": 1}, seed=s) for s in (0, 1)]
@@ -197,6 +198,9 @@ def test_record_grid_writes_each_record_once_and_goes_on_after_a_failure(tmp_pat
     assert any(line.startswith("FAILED fedavg") for line in lines)
     stored = results.load("demo", tmp_path)
     assert all(not s.stale and s.record["executor"] == "sequential" for s in stored)
+    for cfg, hit in zip(good, results.lookup("demo", good, tmp_path)):   # each run's training rate is logged
+        rate = training_samples(cfg) / hit.record["wall_time_s"]
+        assert any(f"seed {cfg.seed}: " in line and f"({rate:,.0f} samples/s)" in line for line in lines)
     again = record_grid(good, "demo", workers=2, device="cpu", executor="sequential", root=tmp_path, log=lines.append,
                         cache_dir=tmp_path / "cache")
     assert (again["done"], again["skipped"]) == (0, 2)

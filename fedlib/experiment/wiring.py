@@ -45,6 +45,12 @@ def training_steps(cfg: Config) -> int:
     return round(per_epoch * cfg.local_epochs * cfg.rounds * cfg.participation.fraction)
 
 
+def training_samples(cfg: Config) -> float:
+    """The training samples a run's clients process: their shares of the training set, times the local epochs, the
+    rounds and the share of clients taking part (expected)."""
+    return sum(client_sizes(cfg)) * cfg.local_epochs * cfg.rounds * cfg.participation.fraction
+
+
 @functools.lru_cache(maxsize=64)
 def _client_sizes(dataset: str, data_options: str, partition: str, num_clients: int, seed: int) -> tuple[int, ...]:
     from fedlib.data import load_dataset

@@ -230,6 +230,7 @@ def _record_job(configs: list[Config], chapter: str, root, deadline: float | Non
     from fedlib import results
     from fedlib.errors import TrainingDiverged
     from fedlib.experiment import run_many
+    from fedlib.experiment.wiring import training_samples
 
     if batched:
         outcomes = run_many(configs, cache_dir=cache_dir, progress=False, deadline=deadline)
@@ -246,7 +247,8 @@ def _record_job(configs: list[Config], chapter: str, root, deadline: float | Non
         if isinstance(outcome, dict):
             results.write({**outcome, "scale": scale}, chapter, root)
             accs = {k: round(v, 4) for k, v in outcome["final"].items() if k.endswith("_acc")}
-            out.append(("done", f"{outcome['wall_time_s']:.0f} s, final {json.dumps(accs)}"))
+            rate = training_samples(cfg_of[id(outcome)]) / outcome["wall_time_s"]
+            out.append(("done", f"{outcome['wall_time_s']:.0f} s ({rate:,.0f} samples/s), final {json.dumps(accs)}"))
         elif isinstance(outcome, BaseException):
             if isinstance(outcome, TrainingDiverged):   # deterministic: kept, so the grid says it and moves on
                 results.write_diverged(cfg_of[id(outcome)], str(outcome), chapter, scale, root or results.RESULTS)
