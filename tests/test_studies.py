@@ -231,6 +231,37 @@ def test_each_chapters_status_box_states_the_share_of_a_paper_scale_runs_trainin
     assert every["fedpcl"].training_share().startswith("each run has a paper-scale run's budget")
 
 
+def test_a_chapters_recorded_tables_render_the_committed_records_and_a_dash_where_none_is(tmp_path, monkeypatch):
+    """pFedCSPC's Table II at reference scale from committed records only: FedAvg's three seeds (80, 82, 84) give
+    82.00 ± 1.63 (population std), a method without records reads "-", and nothing is trained; FedPRP's comparison
+    grid gives Tables I, II and V, and III, each on its own test set."""
+    import IPython.display
+
+    from fedlib import results
+    from fedlib.studies import pfedcspc
+    from fedlib.studies.registry import chapters
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    shown: list = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs: shown.extend(objs))
+    for cfg, acc in zip(pfedcspc.table2_grid("reference")[("fmnist", "fedavg")], (0.80, 0.82, 0.84)):
+        row = {"round": cfg.rounds, "acc_global": acc, "i_local": acc, "hm": acc}
+        results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
+                       "history": [row], "final": row}, "pfedcspc", tmp_path)
+    found = chapters()["pfedcspc"].show_recorded("reference", "Table II grid")
+    assert len(found) == 3
+    (table,) = [obj for obj in shown if hasattr(obj, "df")]
+    rows = {r["method"]: r for r in table.df.to_dict("records")}
+    assert rows["FedAvg"]["FMNIST Global"].startswith(f"82.00 ± {100 * np.std([0.80, 0.82, 0.84]):.2f} (n=3)")
+    assert rows["pFedCSPC"]["FMNIST Global"] == "-" and "scale reference" in table.caption
+    empty = {cell: [] for cell in chapters()["fedprp"].headline_grid("reference")}
+    tables = chapters()["fedprp"].recorded_tables(empty, "reference")
+    assert list(tables) == ["Table I", "Tables II and V", "Table III"]
+    assert tables["Table I"][2].floor == "uniform" and "A_sel" in tables["Tables II and V"][2]
+    assert all(v == "-" for rows, _, _ in tables.values() for row in rows for k, v in row.items()
+               if k not in ("method", "partition") and not k.startswith("paper"))
+
+
 def test_fedgpa_reads_its_claims_from_committed_records_of_complete_settings(tmp_path, monkeypatch):
     """Records of every reference-scale config (made up: FedGPA a point above the rest, seed-dependent) under a
     results folder: the claims are computed on the complete settings, with all three seeds, the ablation and the

@@ -403,6 +403,22 @@ def verdicts(runs: dict, scale: str) -> list[Claim]:
     return claims
 
 
+def recorded_claims(scale: str) -> tuple[list[Claim], str] | None:
+    """The hypotheses' verdicts from the committed records at ``scale`` once the comparison (every cell the tuning
+    has chosen, every partition and method) has all its seeds; None before."""
+    from fedlib.studies.grid import complete_runs
+
+    grid = tables(scale)["comparison"]
+    if len(grid) < len(PARTITIONS) * len(METHODS):   # the tuning has not chosen every cell yet
+        return None
+    runs = complete_runs("compare", grid)
+    if runs is None:
+        return None
+    sc = SCALES[scale]
+    return verdicts(runs, scale), (f"{scale} scale, committed records: FMNIST, 20 clients, {sc['rounds']} rounds of "
+                                   f"E = {sc['epochs']}, seeds {sc['seeds']}, each method at its tuned rate and knob")
+
+
 def headline_rows(runs: dict, scale: str) -> list[dict]:
     return [dict(partition=kind, **row) for kind in PARTITIONS for row in side_by_side(runs, kind)]
 

@@ -28,7 +28,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
 )
 from fedlib.studies.grid import Scales, convergence_grid
 from fedlib.studies.registry import register_chapter
-from fedlib.studies.report import balanced, local
+from fedlib.studies.report import balanced, fmt_of, local
 
 TABLE1 = ["local", "fedavg_ft", "fedproto", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac", "fedmate"]
 TABLE2 = ["local", "fedavg_ft", "moon", "fedproto", "fedfa", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac",
@@ -244,19 +244,27 @@ def table1_grid(scale: str) -> dict:
 def table1(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     """Table 1 (the methods and the ablation rows): personalized models on a balanced test set, over the
     headline seeds. Returns (rows, {(dataset, s): {row: records}})."""
-    sc = SCALES[scale]
-    names = TABLE1 + list(ABLATION)
-    runs = run_grid(table1_grid(scale), desc="Table 1", store=store)
-    table = nested(runs)
+    table = nested(run_grid(table1_grid(scale), desc="Table 1", store=store))
+    return table1_rows(table, scale), table
+
+
+def table1_rows(table: dict, scale: str) -> list[dict]:
+    """Table 1's rows (the methods, then the ablation) from {(dataset, s): {row: records}} (a cell without records
+    reads "-"), the paper beside."""
     rows = []
-    for r in names:
+    for r in TABLE1 + list(ABLATION):
         row: dict[str, Any] = {"method": LABELS.get(r, r)}
-        for (ds, s) in sc["table1_cells"]:
+        for (ds, s) in SCALES[scale]["table1_cells"]:
             key, name = ANALOGUE[ds]
-            row[f"{ds.upper()} s={s}"] = fmt(mean_std(table[(ds, s)][r], "personal_global_acc"))
+            row[f"{ds.upper()} s={s}"] = fmt_of(table.get((ds, s), {}).get(r, []), "personal_global_acc")
             row[f"paper {name} s={s}"] = PAPER_T1[r].get((key, s), "-")
         rows.append(row)
-    return rows, table
+    return rows
+
+
+def headline_rows(runs: dict, scale: str) -> list[dict]:
+    """Table 1 from the committed records of its grid ({((dataset, s), row): records})."""
+    return table1_rows(nested(runs), scale)
 
 
 HYPER_REASONS = {"batch_size": "at 50 a client of 60 images made 2 SGD steps a round and every Table 1 model "

@@ -294,7 +294,22 @@ def comparison(scale: str, store: str | None = None) -> dict:
 
 
 def _fmt_last(records, metric, scale):
-    return fmt(last(records, metric, scale))
+    """``fmt`` of ``last``; "-" where no record has the metric (a cell not recorded yet)."""
+    from fedlib.experiment import summarize_runs
+
+    found = summarize_runs(records, metrics=(metric,), last=SCALES[scale]["last"]).get(metric)
+    return fmt(found) if found else "-"
+
+
+def recorded_tables(runs: dict, scale: str) -> dict[str, tuple[list[dict], list[dict], str]]:
+    """The tables the comparison grid gives ({(dataset, partition, method): records}, committed ones): {title: (rows,
+    the records they read, the test set)}."""
+    datasets = SCALES[scale]["datasets"]
+    kind_of = {kind: [r for ds in datasets for m in METHODS for r in runs[(ds, kind, m)]] for kind in KINDS}
+    return {"Table I": (table1_rows(runs, scale), kind_of["shards"], A_LOC),
+            "Tables II and V": (table2_rows(runs, scale), kind_of["dirichlet"], A_GLO + "; " + A_SEL),
+            "Table III": (table3_rows(runs, scale), [r for recs in kind_of.values() for r in recs],
+                          A_GLO + ", split by class group")}
 
 
 def table1_rows(runs: dict, scale: str) -> list[dict]:

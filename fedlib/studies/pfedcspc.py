@@ -28,7 +28,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
 )
 from fedlib.studies.grid import Scales, convergence_grid
 from fedlib.studies.registry import register_chapter
-from fedlib.studies.report import balanced, local, majority_floor
+from fedlib.studies.report import balanced, fmt_of, local, majority_floor
 
 # Table II: global-model methods (their "Local" is the global model fine-tuned on each client, the paper's
 # FedAvg row has Local = FedAvg-FT's I_local) and the methods with personalised models
@@ -341,18 +341,26 @@ def table2_grid(scale: str) -> dict:
 
 def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     """Table II over the headline seeds: (rows, {dataset: {method: records}})."""
-    sc = SCALES[scale]
-    runs = run_grid(table2_grid(scale), desc="Table II", store=store)
-    table = nested(runs)
+    table = nested(run_grid(table2_grid(scale), desc="Table II", store=store))
+    return table2_rows(table, scale), table
+
+
+def table2_rows(table: dict, scale: str) -> list[dict]:
+    """Table II's rows from {dataset: {method: records}} (a cell without records reads "-"), the paper beside."""
     rows = []
     for m in TABLE2:
         row: dict[str, Any] = {"method": LABELS[m]}
-        for ds in sc["datasets"]:
+        for ds in SCALES[scale]["datasets"]:
             for metric, name in (("acc_global", "Global"), ("i_local", "Local"), ("hm", "HM")):
-                row[f"{ds.upper()} {name}"] = fmt(mean_std(table[ds][m], metric))
+                row[f"{ds.upper()} {name}"] = fmt_of(table.get(ds, {}).get(m, []), metric)
         row.update({f"paper C10 {n}": v for n, v in zip(("Global", "Local", "HM"), PAPER_T2[m])})
         rows.append(row)
-    return rows, table
+    return rows
+
+
+def headline_rows(runs: dict, scale: str) -> list[dict]:
+    """Table II from the committed records of its grid ({(dataset, method): records})."""
+    return table2_rows(nested(runs), scale)
 
 
 def fedetf_note(table: dict, scale: str) -> str:

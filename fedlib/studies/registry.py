@@ -29,6 +29,7 @@ CONTRACT = {
     "LABELS": "how tables name the methods",
 }
 # what a chapter may define beside it: recorded_claims(scale) (the verdicts its committed records decide),
+# headline_rows(runs, scale) or recorded_tables(runs, scale) (the tables show_recorded builds from committed records),
 # CONVERGENCE_METRIC (the metric its reference budget's convergence check reads),
 # CLAIM_TABLES and NOT_OFFLINE (which recorded table decides each claim), TUNING (its book-scale learning rate)
 BUILTIN = ("fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc", "compare")   # the book's chapters, in its order
@@ -89,16 +90,33 @@ class Chapter:
                      test_set=self.test_sets(scale))
 
     def show_paper_scale(self, what: str = "the headline table") -> list[dict]:
-        """How much of the headline table (``what``: how the page names it) has committed paper-scale records, and
-        the table they give (with the chapter's ``headline_rows``); returns the current records."""
+        return self.show_recorded("paper", what)
+
+    def show_recorded(self, scale: str, what: str = "the headline table") -> list[dict]:
+        """How much of the headline table (``what``: how the page names it) has committed records at ``scale``
+        (reference or paper), and the tables they give, from the committed records only (a cell not recorded yet
+        reads "-"): the chapter's ``recorded_tables(runs, scale)`` ({title: (rows, their records, test set)}: several
+        tables read from the headline grid) or ``headline_rows(runs, scale)``. Returns the current records."""
+        from IPython.display import Markdown, display
+
         from fedlib.studies.grid import stored_grid
         from fedlib.studies.report import report_stored, show_table
 
-        stored = stored_grid(self.name, self.paper_scale_grid())
-        found = report_stored(stored, what)
-        if found and hasattr(self.study, "headline_rows"):
-            runs = {cell: c["records"] for cell, c in stored.items() if c["records"]}
-            show_table(self.study.headline_rows(runs, "paper"), found, "paper", self.test_sets("paper"))
+        stored = stored_grid(self.name, self.headline_grid(scale))
+        found = report_stored(stored, what, scale=scale)
+        if not found:
+            return found
+        runs = {cell: c["records"] for cell, c in stored.items()}
+        if hasattr(self.study, "recorded_tables"):
+            tables = self.study.recorded_tables(runs, scale)
+        elif hasattr(self.study, "headline_rows"):
+            tables = {"": (self.study.headline_rows(runs, scale), found, self.test_sets(scale))}
+        else:
+            return found
+        for title, (rows, records, test_set) in tables.items():
+            if title:
+                display(Markdown(f"**{title}, {scale} scale**"))
+            show_table(rows, records, scale, test_set)
         return found
 
     def methods(self) -> list[str]:

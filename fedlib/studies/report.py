@@ -30,6 +30,12 @@ def fmt(ms) -> str:
     return f"{100 * mean:.2f} ± {100 * std:.2f} (n={n})" if n > 1 else f"{100 * mean:.2f} (n=1)"
 
 
+def fmt_of(records: list[dict], metric: str = "personal_local_acc") -> str:
+    """``fmt`` of the records' last evaluated ``metric``; "-" where no record has it (a cell not recorded yet)."""
+    found = summarize_runs(records, metrics=(metric,)).get(metric)
+    return fmt(found) if found else "-"
+
+
 def convergence_gap(reference: list[dict], longer: dict, metric: str) -> dict:
     """The reference run of seed 0 against the same config at more rounds: {"reference": %, "longer": %,
     "rounds": (R, 3R), "gap": longer - reference (points), "spread": the reference's std over seeds (points)}."""
@@ -359,8 +365,9 @@ SCALE_MEANING = {
     "ci": "a test of the code on tiny data: its numbers say nothing about the methods",
     "book": "a smoke run at a budget this CPU trains in minutes: it shows the methods run and how they rank at "
             "this budget, never whether the paper's numbers reproduce",
-    "reference": "the paper's protocol with fewer rounds and local epochs, where training has converged, 3 seeds: "
-                 "the first scale at which a claim of the paper is tested",
+    "reference": "the paper's protocol with fewer rounds and local epochs (a convergence check at 3x the rounds "
+                 "says whether the budget has settled), 3 seeds: the first scale at which a claim of the paper is "
+                 "tested",
     "paper": "the paper's protocol (data, rounds, epochs, seeds): the scale at which the paper is compared",
 }
 
