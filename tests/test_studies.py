@@ -262,6 +262,31 @@ def test_a_chapters_recorded_tables_render_the_committed_records_and_a_dash_wher
                if k not in ("method", "partition") and not k.startswith("paper"))
 
 
+def test_pfedcspc_decides_table_iis_claims_as_soon_as_table_ii_is_complete(tmp_path, monkeypatch):
+    """Committed reference records of Table II only (made up: pFedCSPC a point above the rest in HM, half a point
+    below in Global): its two claims are decided (HM holds; "within 0.5 points of the best" is the boundary, so
+    Global's margin is 0 on every seed); the other tables' claims wait, and the note says which."""
+    from fedlib import results
+    from fedlib.studies import pfedcspc
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    assert pfedcspc.recorded_claims("reference") is None
+    for (_, m), configs in pfedcspc.table2_grid("reference").items():
+        for cfg in configs:
+            base = 0.80 + 0.01 * cfg.seed
+            row = {"round": cfg.rounds, "hm": base + (0.01 if m == "pfedcspc" else 0.0),
+                   "acc_global": base - (0.005 if m == "pfedcspc" else 0.0), "i_local": base}
+            results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
+                           "history": [row], "final": row}, "pfedcspc", tmp_path)
+    claims, note = pfedcspc.recorded_claims("reference")
+    assert [c.claim.split(" (Table")[0] for c in claims] == [
+        "pFedCSPC has the best balance of generalization and personalization",
+        "pFedCSPC's global model is (near) the best"]
+    assert claims[0].verdict.outcome == "holds" and claims[0].verdict.mean == pytest.approx(1.0)
+    assert claims[1].verdict.mean == pytest.approx(0.0, abs=1e-9)
+    assert note.endswith("Table III, Tables IV-V, Tables VI-VII not complete yet: their claims wait")
+
+
 def test_fedgpa_reads_its_claims_from_committed_records_of_complete_settings(tmp_path, monkeypatch):
     """Records of every reference-scale config (made up: FedGPA a point above the rest, seed-dependent) under a
     results folder: the claims are computed on the complete settings, with all three seeds, the ablation and the

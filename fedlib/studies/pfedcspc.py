@@ -227,12 +227,12 @@ def table7_claim(table7: dict, table7_runs: dict | None = None) -> Claim:
 
 
 # ---------------------------------------------------------------------- claims of the paper
-def verdicts(table2: dict, table3: dict, ablation: dict, table6: dict, table7: dict,
+def verdicts(table2: dict, table3: dict | None, ablation: dict | None, table6: dict | None, table7: dict | None,
              table7_runs: dict | None = None) -> list[Claim]:
     """``table2``: {method: records}; ``table3``: {method: records}; ``ablation``: {run name: records} (the runs
     behind Tables IV and V, rows read through ``TABLE4`` and ``TABLE5``); ``table6``: {base: (alone records,
     +pFedCSPC records)}; ``table7``: {method: rounds or None} on the mean curves; ``table7_runs``: {method:
-    records} behind it (margins per seed)."""
+    records} behind it (margins per seed). A table given as None (not recorded yet) leaves its claims out."""
     from fedlib.studies.verdicts import PerSeed
 
     def ours_best(a):   # pFedCSPC minus the best other method
@@ -252,13 +252,17 @@ def verdicts(table2: dict, table3: dict, ablation: dict, table6: dict, table7: d
                                             "CIFAR-10 70.81, FedETF 70.84 the only higher",
                                             lambda a: ours_best(a) + 0.5, ours_vs_best(""),
                                             "holds here means: within 0.5 points of the best"),
-        PerSeed(table3, "i_local").claim("pFedCSPC personalizes best among the personalized-FL baselines (Table III, "
-                                         "I_local)", "CIFAR-10 69.81 vs FedFomo 67.78, FedALA 67.14", ours_best,
-                                         ours_vs_best("")),
     ]
+    if table3 is not None:
+        claims.append(PerSeed(table3, "i_local").claim(
+            "pFedCSPC personalizes best among the personalized-FL baselines (Table III, I_local)",
+            "CIFAR-10 69.81 vs FedFomo 67.78, FedALA 67.14", ours_best, ours_vs_best("")))
+    if ablation is None:
+        return claims + _table6_and_7_claims(table6, table7, table7_runs)
+    runs_of: dict = ablation
 
     def rows_of(table: dict) -> PerSeed:   # {row: records}, each row read with its own metric, paired by seed
-        return PerSeed({row: ablation[run] for row, (run, _) in table.items()},
+        return PerSeed({row: runs_of[run] for row, (run, _) in table.items()},
                        {row: metric for row, (_, metric) in table.items()})
 
     chain4 = ("Base", "+CPM+CA", "+PTA+CPM+CA", "+PTA+CPM+PA+CA", "+PTA+CPM+PA+CA+KP")
@@ -287,15 +291,22 @@ def verdicts(table2: dict, table3: dict, ablation: dict, table6: dict, table7: d
                    f"{t5['FedCSPC +FT_CE']:.2f} -> {t5['FedCSPC +PMI+FT_CE']:.2f} -> "
                    f"{t5['FedCSPC +PMI+FT_CE+Align']:.2f}",
         "margin: the smallest step of either chain"))
+    return claims + _table6_and_7_claims(table6, table7, table7_runs)
+
+
+def _table6_and_7_claims(table6: dict | None, table7: dict | None, table7_runs: dict | None) -> list[Claim]:
+    """Table VI's claim and Table VII's (which reads Table VI's FedProx curves): none before Table VI is recorded."""
+    from fedlib.studies.verdicts import PerSeed
+
+    if table6 is None or table7 is None:
+        return []
     pairs = PerSeed({(b, k): recs for b, pair in table6.items() for k, recs in zip(("alone", "with"), pair)},
                     "acc_global")
-    claims.append(pairs.claim(
-        "pFedCSPC improves the global model of other local objectives (Table VI)",
-        "CIFAR-10: FedProx +1.91, MOON +2.38, FedASAM +2.17",
-        lambda a: min(a[(b, "with")] - a[(b, "alone")] for b in table6),
-        lambda g: ", ".join(f"{LABELS[b]} {g[(b, 'with')] - g[(b, 'alone')]:+.2f}" for b in table6)))
-    claims.append(table7_claim(table7, table7_runs))
-    return claims
+    return [pairs.claim("pFedCSPC improves the global model of other local objectives (Table VI)",
+                        "CIFAR-10: FedProx +1.91, MOON +2.38, FedASAM +2.17",
+                        lambda a: min(a[(b, "with")] - a[(b, "alone")] for b in table6),
+                        lambda g: ", ".join(f"{LABELS[b]} {g[(b, 'with')] - g[(b, 'alone')]:+.2f}" for b in table6)),
+            table7_claim(table7, table7_runs)]
 
 
 # ---------------------------------------------------------------------- the chapter's tables and figures
@@ -661,29 +672,31 @@ CONVERGENCE_METRIC = "acc_global"   # what the convergence check reads (the note
 
 
 def recorded_claims(scale: str) -> tuple[list, str] | None:
-    """The claims' verdicts from the committed records at ``scale`` (reference or paper) once Tables II, III, the
-    ablations (IV-V) and VI have every seed of every cell (Table VII reads their curves). Returns (claims, what they
-    were computed on), or None before."""
+    """The claims' verdicts from the committed records at ``scale`` (reference or paper), table by table: Table II's
+    once it has every seed of every cell, then Table III's, the ablations' (IV-V) and Table VI's with VII's (which
+    reads their curves) as each is complete. Returns (claims, what they were computed on), or None before Table II
+    is complete."""
     from fedlib.studies.common import complete_runs, nested
 
     grids = tables(scale)
-    found: dict[str, dict] = {}
-    for name in ("table2", "table3", "ablations", "table6"):
-        runs = complete_runs("pfedcspc", grids[name])
-        if runs is None:
-            return None
-        found[name] = runs
+    found = {name: complete_runs("pfedcspc", grids[name]) for name in ("table2", "table3", "ablations", "table6")}
+    if found["table2"] is None:
+        return None
     sc = SCALES[scale]
     ds = sc["datasets"][0]
     t2 = nested(found["table2"])
-    _, t3, _ = table3(t2, scale, runs=found["table3"])
-    ablation = ablations(t2, scale, runs=found["ablations"])
-    _, t6 = table6(t2, scale, runs=found["table6"])
-    _, t7, _, _, t7_records = table7(t2, t6, scale)
+    t3 = table3(t2, scale, runs=found["table3"])[1][ds] if found["table3"] is not None else None
+    ablation = ablations(t2, scale, runs=found["ablations"]) if found["ablations"] is not None else None
+    t6 = table6(t2, scale, runs=found["table6"])[1] if found["table6"] is not None else None
+    t7, t7_records = table7(t2, t6, scale)[1::3] if t6 is not None else (None, None)
     seeds = sorted({int(r["seed"]) for recs in found["table2"].values() for r in recs})
-    return (verdicts(t2[ds], t3[ds], ablation, t6, t7, t7_records),
+    waiting = [TABLE_NAMES[name] for name, runs in found.items() if runs is None]
+    return (verdicts(t2[ds], t3, ablation, t6, t7, t7_records),
             f"{scale} scale, committed records: {ds.upper()}, {sc['clients']} clients, {sc['rounds']} rounds, "
-            f"seeds {seeds}")
+            f"seeds {seeds}" + (f"; {', '.join(waiting)} not complete yet: their claims wait" if waiting else ""))
+
+
+TABLE_NAMES = {"table2": "Table II", "table3": "Table III", "ablations": "Tables IV-V", "table6": "Tables VI-VII"}
 
 
 def tables(scale: str) -> dict:
