@@ -30,6 +30,7 @@ CONTRACT = {
 }
 # what a chapter may define beside it: recorded_claims(scale) (the verdicts its committed records decide),
 # headline_rows(runs, scale) or recorded_tables(runs, scale) (the tables show_recorded builds from committed records),
+# REFERENCE_REASONS (why its reference scale differs from the paper's protocol beyond the rounds and epochs),
 # CONVERGENCE_METRIC (the metric its reference budget's convergence check reads),
 # CLAIM_TABLES and NOT_OFFLINE (which recorded table decides each claim), TUNING (its book-scale learning rate)
 BUILTIN = ("fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc", "compare")   # the book's chapters, in its order

@@ -103,12 +103,15 @@ def summary(answer: dict) -> str:
 
 def chapter_hyperparameters(study, scale: str) -> list[dict]:
     """A chapter's training settings at ``scale`` against the paper's protocol (``settings.hyperparameter_rows``
-    on its ``reference_run``), with its ``HYPER_REASONS``; at book scale the learning rate's reason is the
+    on its ``reference_run``), with its ``HYPER_REASONS`` (at reference scale also its ``REFERENCE_REASONS``); at book
+    scale the learning rate's reason is the
     committed tuning record, and a rate other than the record's choice needs the chapter's ``LR_OVERRIDE``."""
     from fedlib.studies.settings import hyperparameter_rows
 
     chapter = study.name
     reasons = dict(study.HYPER_REASONS)
+    if scale == "reference":
+        reasons.update(getattr(study, "REFERENCE_REASONS", {}))
     tuned = read(chapter) if hasattr(study, "TUNING") else None
     ours = study.reference_run(scale)
     if tuned and scale == "book":
