@@ -256,6 +256,7 @@ def test_a_chapters_recorded_tables_render_the_committed_records_and_a_dash_wher
     rows = {r["method"]: r for r in table.df.to_dict("records")}
     assert rows["FedAvg"]["FMNIST Global"].startswith(f"82.00 ± {100 * np.std([0.80, 0.82, 0.84]):.2f} (n=3)")
     assert rows["pFedCSPC"]["FMNIST Global"] == "-" and "scale reference" in table.caption
+    assert "Global (ACC_global)" in table.caption and "Local (I_local" in table.caption   # its two test sets
     empty = {cell: [] for cell in chapters()["fedprp"].headline_grid("reference")}
     tables = chapters()["fedprp"].recorded_tables(empty, "reference")
     assert list(tables) == ["Table I", "Tables II and V", "Table III"]

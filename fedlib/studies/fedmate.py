@@ -262,9 +262,10 @@ def table1_rows(table: dict, scale: str) -> list[dict]:
     return rows
 
 
-def headline_rows(runs: dict, scale: str) -> list[dict]:
-    """Table 1 from the committed records of its grid ({((dataset, s), row): records})."""
-    return table1_rows(nested(runs), scale)
+def recorded_tables(runs: dict, scale: str) -> dict[str, tuple[list[dict], list[dict], str]]:
+    """Table 1 from the committed records of its grid ({((dataset, s), row): records}), on the balanced test set."""
+    return {"Table 1": (table1_rows(nested(runs), scale), [r for recs in runs.values() for r in recs],
+                        balanced_test(scale))}
 
 
 HYPER_REASONS = {"batch_size": "at 50 a client of 60 images made 2 SGD steps a round and every Table 1 model "

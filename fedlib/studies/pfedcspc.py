@@ -379,9 +379,10 @@ def table2_rows(table: dict, scale: str) -> list[dict]:
     return rows
 
 
-def headline_rows(runs: dict, scale: str) -> list[dict]:
-    """Table II from the committed records of its grid ({(dataset, method): records})."""
-    return table2_rows(nested(runs), scale)
+def recorded_tables(runs: dict, scale: str) -> dict[str, tuple[list[dict], list[dict], str]]:
+    """Table II from the committed records of its grid ({(dataset, method): records}), on its two test sets."""
+    return {"Table II": (table2_rows(nested(runs), scale), [r for recs in runs.values() for r in recs],
+                         GLOBAL + "; " + LOCAL)}
 
 
 def fedetf_note(table: dict, scale: str) -> str:
