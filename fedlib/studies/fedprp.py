@@ -27,7 +27,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
 )
 from fedlib.studies.grid import Scales, convergence_grid
 from fedlib.studies.registry import register_chapter
-from fedlib.studies.report import balanced, local
+from fedlib.studies.report import balanced, fmt_of, local
 
 METHODS = ["apfl", "fedrep", "fedprox", "fedproto", "fedrod", "fedphp", "fedavg", "fedic", "creff", "fedprp"]
 LABELS = method_labels(METHODS)
@@ -295,10 +295,7 @@ def comparison(scale: str, store: str | None = None) -> dict:
 
 def _fmt_last(records, metric, scale):
     """``fmt`` of ``last``; "-" where no record has the metric (a cell not recorded yet)."""
-    from fedlib.experiment import summarize_runs
-
-    found = summarize_runs(records, metrics=(metric,), last=SCALES[scale]["last"]).get(metric)
-    return fmt(found) if found else "-"
+    return fmt_of(records, metric, last=SCALES[scale]["last"])
 
 
 def recorded_tables(runs: dict, scale: str) -> dict[str, tuple[list[dict], list[dict], str]]:

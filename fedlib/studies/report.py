@@ -30,9 +30,10 @@ def fmt(ms) -> str:
     return f"{100 * mean:.2f} ± {100 * std:.2f} (n={n})" if n > 1 else f"{100 * mean:.2f} (n=1)"
 
 
-def fmt_of(records: list[dict], metric: str = "personal_local_acc") -> str:
-    """``fmt`` of the records' last evaluated ``metric``; "-" where no record has it (a cell not recorded yet)."""
-    found = summarize_runs(records, metrics=(metric,)).get(metric)
+def fmt_of(records: list[dict], metric: str = "personal_local_acc", last: int = 1) -> str:
+    """``fmt`` of the records' last evaluated ``metric`` (``last`` > 1: the mean of the last ``last`` evaluations);
+    "-" where no record has it (a cell not recorded yet)."""
+    found = summarize_runs(records, metrics=(metric,), last=last).get(metric)
     return fmt(found) if found else "-"
 
 
