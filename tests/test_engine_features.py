@@ -90,6 +90,27 @@ def test_phase_weight_decay_overrides_the_experiment():
     assert torch.allclose(w.detach(), torch.full((3,), 0.95))   # w - lr * wd * w
 
 
+def test_adam_steps_equal_the_per_tensor_loop_to_the_bit():
+    """make_optimizer's Adam (foreach kernels) keeps the arithmetic of torch's per-tensor loop, which the committed
+    FedPCL records were trained with."""
+    from fedlib.engine.training import OptimizerSpec, make_optimizer
+
+    torch.manual_seed(0)
+    start = [torch.randn(64, 48), torch.randn(64)]
+    grads = [[torch.randn_like(t) for t in start] for _ in range(5)]
+    ours = [torch.nn.Parameter(t.clone()) for t in start]
+    loop = [torch.nn.Parameter(t.clone()) for t in start]
+    opts = (make_optimizer(OptimizerSpec("adam", weight_decay=1e-4), ours, lr=1e-3),
+            torch.optim.Adam(loop, lr=1e-3, weight_decay=1e-4, foreach=False))
+    for step in grads:
+        for params, opt in zip((ours, loop), opts):
+            for p, g in zip(params, step):
+                p.grad = g.clone()
+            opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(ours, loop))
+    assert not torch.equal(ours[0], start[0])   # the steps moved the weights
+
+
 def test_server_split_is_balanced_and_disjoint_from_clients():
     labels = np.repeat(np.arange(10), 100)
     parts, held = partition_with_server(labels, 10, 5, {"name": "iid", "server": 7, "imbalance": 0.5}, 0)
