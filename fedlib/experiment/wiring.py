@@ -45,10 +45,12 @@ def training_steps(cfg: Config) -> int:
     return round(per_epoch * cfg.local_epochs * cfg.rounds * cfg.participation.fraction)
 
 
-def training_samples(cfg: Config) -> float:
-    """The training samples a run's clients process: their shares of the training set, times the local epochs, the
-    rounds and the share of clients taking part (expected)."""
-    return sum(client_sizes(cfg)) * cfg.local_epochs * cfg.rounds * cfg.participation.fraction
+def training_samples(cfg: Config, sizes: list[int] | None = None) -> float:
+    """The training samples a run's clients process: their shares of the training set (``sizes``, e.g. from a
+    record's ``train_counts``; else from the partition), times the local epochs, the rounds and the share of clients
+    taking part (expected)."""
+    held = client_sizes(cfg) if sizes is None else sizes
+    return sum(held) * cfg.local_epochs * cfg.rounds * cfg.participation.fraction
 
 
 @functools.lru_cache(maxsize=64)

@@ -247,7 +247,8 @@ def _record_job(configs: list[Config], chapter: str, root, deadline: float | Non
         if isinstance(outcome, dict):
             results.write({**outcome, "scale": scale}, chapter, root)
             accs = {k: round(v, 4) for k, v in outcome["final"].items() if k.endswith("_acc")}
-            rate = training_samples(cfg_of[id(outcome)]) / outcome["wall_time_s"]
+            sizes = [sum(counts) for counts in outcome["train_counts"]]   # no second load of the data set
+            rate = training_samples(cfg_of[id(outcome)], sizes) / outcome["wall_time_s"]
             out.append(("done", f"{outcome['wall_time_s']:.0f} s ({rate:,.0f} samples/s), final {json.dumps(accs)}"))
         elif isinstance(outcome, BaseException):
             if isinstance(outcome, TrainingDiverged):   # deterministic: kept, so the grid says it and moves on
