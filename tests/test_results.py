@@ -92,6 +92,36 @@ def test_stale_records_are_detected_and_not_served_as_current(stored, monkeypatc
     }
 
 
+def test_a_table_decides_on_the_seeds_every_cell_has_once_it_has_three(stored):
+    """Seeds raised from 3 to 5 after recording: the table decides on seeds 0-2 until every cell has seed 3 too, and
+    on nothing while a cell lacks one of the first three (every margin stays paired)."""
+    from fedlib.studies.grid import complete_runs
+
+    cfg, record, _, root = stored
+    cells = {lr: [dataclasses.replace(cfg, lr=lr, seed=s) for s in range(5)] for lr in (0.01, 0.02)}
+
+    def add(lr, seed):
+        c = cells[lr][seed]
+        results.write({**record, "config": c.flat(), "key": c.key(), "seed": seed}, "demo", root)
+
+    for lr in cells:
+        for seed in (0, 1):
+            add(lr, seed)
+    add(0.01, 2)
+    assert complete_runs("demo", cells, root) is None            # seed 2 of the second cell is missing
+    add(0.02, 2)
+    add(0.01, 3)
+    seeds = {lr: sorted(r["seed"] for r in recs) for lr, recs in complete_runs("demo", cells, root).items()}
+    assert seeds == {0.01: [0, 1, 2], 0.02: [0, 1, 2]}           # seed 3 waits for the second cell
+    for seed in (3, 4):
+        add(0.02, seed)
+    add(0.01, 4)
+    seeds = {lr: sorted(r["seed"] for r in recs) for lr, recs in complete_runs("demo", cells, root).items()}
+    assert seeds == {0.01: [0, 1, 2, 3, 4], 0.02: [0, 1, 2, 3, 4]}
+    one_seed = {"a": cells[0.01][:1], "b": cells[0.02][:1]}
+    assert set(complete_runs("demo", one_seed, root)) == {"a", "b"}   # a one-seed table needs its one seed
+
+
 def test_records_whose_config_no_longer_loads_are_stale(stored):
     _, _, path, root = stored
     saved = json.loads(path.read_text())

@@ -180,12 +180,25 @@ def stored_grid(chapter: str, grid: dict, root=None) -> dict:
     return out
 
 
+DECIDING_SEEDS = 3   # the fewest seeds a table decides on (the reference scale's; t(2) gives the 95% interval)
+
+
 def complete_runs(chapter: str, grid: dict, root=None) -> dict | None:
     """{cell: committed records} of ``grid`` when every cell has a current record for each of its configs (every
-    seed), else None: a table decides its claims only when complete."""
+    seed), else None: a table decides its claims only when complete. A table whose seeds were raised after it was
+    recorded (seeds added to decide an inconclusive claim) decides on the seeds every cell has meanwhile, once each
+    cell has ``DECIDING_SEEDS`` of them (or all its configs, if it has fewer): the runs of a seed some cell still
+    lacks are left out, so every margin stays paired."""
     stored = stored_grid(chapter, grid, root)
     runs = {cell: c["records"] for cell, c in stored.items()}
-    return runs if all(len(runs[cell]) == len(configs) for cell, configs in grid.items()) else None
+    if all(len(runs[cell]) == len(configs) for cell, configs in grid.items()):
+        return runs
+    recorded = [{int(r["seed"]) for r in records} for records in runs.values()]
+    common = set.intersection(*recorded) if recorded else set()
+    if not all(len(common & {c.seed for c in configs}) >= min(len(configs), DECIDING_SEEDS)
+               for configs in grid.values()):
+        return None
+    return {cell: [r for r in records if int(r["seed"]) in common] for cell, records in runs.items()}
 
 
 def convergence_grid(configs: dict, factor: int = 3) -> dict:
