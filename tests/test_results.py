@@ -236,6 +236,20 @@ def test_record_grid_writes_each_record_once_and_goes_on_after_a_failure(tmp_pat
     assert (again["done"], again["skipped"]) == (0, 2)
 
 
+def test_the_records_log_names_what_tells_a_grid_s_runs_apart():
+    from fedlib.studies.grid import run_labels
+
+    base = make_config(method="fedavg", **DIGITS)
+    configs = [base, dataclasses.replace(base, lr=0.5), dataclasses.replace(base, seed=1),
+               make_config(method="fedprox", **{**DIGITS, "partition": {"name": "dirichlet", "alpha": 0.1}},
+                           hyper={"mu": 0.1})]
+    labels = list(run_labels(configs).values())
+    assert labels == ["fedavg lr=0.05 partition.alpha=1.0 partition.min_size=30 seed 0",
+                      "fedavg lr=0.5 partition.alpha=1.0 partition.min_size=30 seed 0",
+                      "fedavg lr=0.05 partition.alpha=1.0 partition.min_size=30 seed 1",
+                      "fedprox hyper.mu=0.1 lr=0.05 partition.alpha=0.1 seed 0"]   # the same in every run: left out
+
+
 def test_record_grid_projects_the_training_left_from_the_recorded_runs_rate_per_step(tmp_path):
     """Two FedAvg runs recorded: a FedAvg run of twice the rounds and a FedProx run (no record of its own: every
     record's rate) are projected at the median seconds per local step of the records, on the same kind of device."""

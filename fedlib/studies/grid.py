@@ -291,6 +291,25 @@ def projected_hours(configs: list[Config], hits: list, todo: list[Config], devic
     return sum(training_steps(c) * statistics.median(rates.get(c.method, every)) for c in todo) / 3600
 
 
+def run_labels(configs: list[Config]) -> dict[str, str]:
+    """{key: how the records log names the run}: its method, the fields that tell ``configs`` apart (a dict field
+    by its entries, e.g. ``partition.s=20``, ``hyper.lam=0.1``) and its seed."""
+    def fields(cfg: Config) -> dict:
+        out = {}
+        for name, value in cfg.flat().items():
+            if isinstance(value, dict):
+                out.update({f"{name}.{k}": v for k, v in value.items()})
+            elif name not in ("method", "seed", "device", "executor", "workers"):
+                out[name] = value
+        return out
+
+    flat = [fields(c) for c in configs]
+    names = sorted({name for f in flat for name in f})
+    varying = [n for n in names if len({json.dumps(f.get(n), sort_keys=True, default=str) for f in flat}) > 1]
+    return {c.key(): " ".join([c.method, *(f"{n}={f[n]}" for n in varying if n in f), f"seed {c.seed}"])
+            for c, f in zip(configs, flat)}
+
+
 def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_s: float | None = None,
                 device: str = "cuda", executor: str = "batched", root=None, log=print,
                 max_runs: int | None = None, cache_dir=None, scale: str = "paper") -> dict:
@@ -337,6 +356,7 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
                                     f"step on {kind} (about {hours / max(workers, 1):.1f} h with "
                                     f"{workers} worker(s) at once)"))
     counts = {"done": 0, "failed": 0, "left": 0}
+    labels = run_labels(todo)
     if not jobs:   # everything recorded: no worker process to start
         return {"done": 0, "failed": 0, "skipped": len(configs), "left": 0, "wall_s": time.time() - start}
     workers = bounded_workers(workers, len(jobs), "records' worker processes")
@@ -366,7 +386,7 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
                     outcomes = [("failed", f"{type(exc).__name__}: {exc}")] * len(job)
                 for cfg, (status, what) in zip(job, outcomes):
                     counts[status] += 1
-                    label = f"{cfg.method} {cfg.hyper or ''} seed {cfg.seed}"
+                    label = labels[cfg.key()]
                     if status == "failed":
                         log(f"FAILED {label}: {what}")
                     else:
