@@ -293,7 +293,7 @@ def projected_hours(configs: list[Config], hits: list, todo: list[Config], devic
 
 def run_labels(configs: list[Config]) -> dict[str, str]:
     """{key: how the records log names the run}: its method, the fields that tell ``configs`` apart (a dict field
-    by its entries, e.g. ``partition.s=20``, ``hyper.lam=0.1``) and its seed."""
+    by its entries, e.g. ``partition.s=20``, ``hyper.lam=0.1``; unset ones left out) and its seed."""
     def fields(cfg: Config) -> dict:
         out = {}
         for name, value in cfg.flat().items():
@@ -306,7 +306,7 @@ def run_labels(configs: list[Config]) -> dict[str, str]:
     flat = [fields(c) for c in configs]
     names = sorted({name for f in flat for name in f})
     varying = [n for n in names if len({json.dumps(f.get(n), sort_keys=True, default=str) for f in flat}) > 1]
-    return {c.key(): " ".join([c.method, *(f"{n}={f[n]}" for n in varying if n in f), f"seed {c.seed}"])
+    return {c.key(): " ".join([c.method, *(f"{n}={f[n]}" for n in varying if f.get(n) is not None), f"seed {c.seed}"])
             for c, f in zip(configs, flat)}
 
 
