@@ -122,6 +122,15 @@ def test_a_table_decides_on_the_seeds_every_cell_has_once_it_has_three(stored):
     assert set(complete_runs("demo", one_seed, root)) == {"a", "b"}   # a one-seed table needs its one seed
 
 
+def test_seeds_added_after_the_first_three_are_disclosed_as_a_second_look():
+    from fedlib.studies.verdicts import second_look
+
+    assert second_look([0, 1, 2], "Table II") == ""
+    assert "seeds 3, 4 were added" in second_look([0, 3, 4], "Table II")   # seed 1 or 2 missing: still a second look
+    assert second_look([2, 0, 4, 1, 3], "Table II").startswith("; seeds 3, 4 were added to Table II after the "
+                                                               "verdicts of the first 3 seeds came out inconclusive")
+
+
 def test_records_whose_config_no_longer_loads_are_stale(stored):
     _, _, path, root = stored
     saved = json.loads(path.read_text())

@@ -180,15 +180,14 @@ def stored_grid(chapter: str, grid: dict, root=None) -> dict:
     return out
 
 
-DECIDING_SEEDS = 3   # the fewest seeds a table decides on (the reference scale's; t(2) gives the 95% interval)
-
-
 def complete_runs(chapter: str, grid: dict, root=None) -> dict | None:
     """{cell: committed records} of ``grid`` when every cell has a current record for each of its configs (every
     seed), else None: a table decides its claims only when complete. A table whose seeds were raised after it was
     recorded (seeds added to decide an inconclusive claim) decides on the seeds every cell has meanwhile, once each
     cell has ``DECIDING_SEEDS`` of them (or all its configs, if it has fewer): the runs of a seed some cell still
     lacks are left out, so every margin stays paired."""
+    from fedlib.studies.verdicts import DECIDING_SEEDS
+
     stored = stored_grid(chapter, grid, root)
     runs = {cell: c["records"] for cell, c in stored.items()}
     if all(len(runs[cell]) == len(configs) for cell, configs in grid.items()):

@@ -18,6 +18,21 @@ OUTCOMES = ("holds", "does not hold", "inconclusive")
 CONFIDENCE = 0.95
 
 
+DECIDING_SEEDS = 3   # the seeds a recorded table first decides on (the reference scale's; t(2) gives the interval)
+
+
+def second_look(seeds: list[int], tables: str) -> str:
+    """What a verdict's provenance adds when ``tables``' ``seeds`` include any past the first ``DECIDING_SEEDS``
+    (0, 1, 2): seeds added after the first verdicts came out inconclusive make a second look at the data, which a 95%
+    interval does not account for ("" at the first look)."""
+    added = sorted(s for s in seeds if s >= DECIDING_SEEDS)
+    if not added:
+        return ""
+    return (f"; seeds {', '.join(map(str, added))} were added to {tables} after the verdicts of the first "
+            f"{DECIDING_SEEDS} seeds came out inconclusive: a second look at the data, so the 95% intervals are a "
+            "little optimistic")
+
+
 @dataclass(frozen=True)
 class Verdict:
     outcome: str                        # one of OUTCOMES, or "not checked"
