@@ -23,6 +23,16 @@ def test_tuning_chooses_the_best_heldout_score_the_smaller_rate_on_a_tie_and_not
     assert compare.choose(tuning) == {("dirichlet", "fedprox"): (0.03, 0.1), ("dirichlet", "local"): (0.03, None)}
 
 
+def test_choices_at_an_end_of_the_rate_grid_are_named():
+    chosen = {("dominant", "fedavg"): (0.1, None), ("dirichlet", "fedprox"): (0.01, 0.1),
+              ("dirichlet", "local"): (0.03, None)}
+    assert compare.grid_edge_line(chosen, "reference") == (
+        "chose the grid's smallest rate, 0.01, so a wider grid might choose beyond it: FedProx (dirichlet); "
+        "chose the grid's largest rate, 0.1, so a wider grid might choose beyond it: FedAvg (dominant)")
+    assert compare.grid_edge_line({("dirichlet", "local"): (0.03, None)}, "reference") == ""
+    assert compare.grid_edge_line(chosen, "book") == ""   # two rates: every choice is at an end
+
+
 def test_every_method_runs_the_same_protocol_and_partition_per_seed_at_its_chosen_rate():
     chosen = {(kind, m): (0.03, compare.knob_values(m, "reference")[-1]) for kind in compare.PARTITIONS
               for m in compare.METHODS}

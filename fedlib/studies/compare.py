@@ -284,6 +284,22 @@ def tuning_rows(tuning: dict, chosen: dict) -> list[dict]:
     return rows
 
 
+def grid_edge_line(chosen: dict, scale: str) -> str:
+    """Which cells chose a learning rate at an end of the grid, where a wider grid might have chosen beyond it
+    (equal tuning says so rather than hide it); "" where none did, or where the grid has no interior (the smoke
+    scales' two rates)."""
+    rates = SCALES[scale]["lr_grid"]
+    if len(rates) < 3:
+        return ""
+    ends = {min(rates): "smallest", max(rates): "largest"}
+    by_end: dict[float, list[str]] = {}
+    for (kind, m), (lr, _) in chosen.items():
+        if lr in ends:
+            by_end.setdefault(lr, []).append(f"{LABELS[m]} ({kind})")
+    return "; ".join(f"chose the grid's {ends[lr]} rate, {lr:g}, so a wider grid might choose beyond it: "
+                     + ", ".join(cells) for lr, cells in sorted(by_end.items()))
+
+
 def side_by_side(runs: dict, kind: str) -> list[dict]:
     """Partition ``kind``'s table, best mean first: per method mean ± std over seeds (the format of ``report.fmt``,
     so the table states the majority floor and marks the cells at or below it), the paired difference to the
