@@ -33,7 +33,7 @@ def test_choices_at_an_end_of_the_rate_grid_are_named():
     assert compare.grid_edge_line(chosen, "book") == ""   # two rates: every choice is at an end
 
 
-def test_every_method_runs_the_same_protocol_and_partition_per_seed_at_its_chosen_rate():
+def test_every_method_runs_the_same_protocol_and_partition_per_seed_at_its_chosen_rate(tmp_path, monkeypatch):
     chosen = {(kind, m): (0.03, compare.knob_values(m, "reference")[-1]) for kind in compare.PARTITIONS
               for m in compare.METHODS}
     grid = compare.comparison_grid("reference", chosen)
@@ -49,6 +49,9 @@ def test_every_method_runs_the_same_protocol_and_partition_per_seed_at_its_chose
     tuning = compare.tuning_grid("reference")
     assert len(tuning) == 3 * (4 * 3 + 9 * 6)   # 4 methods without a knob, 9 with two values; 3 rates
     assert all(c.dataset == "fmnist-heldout" and c.seed == 0 for cfgs in tuning.values() for c in cfgs)
+    from fedlib import results
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
     assert compare.tables("reference")["comparison"] == {}   # nothing recorded: the comparison waits for tuning
 
 
