@@ -119,11 +119,11 @@ def test_a_hypothesis_of_the_book_is_shown_and_tested_but_never_counted_as_a_cla
     claims = [Claim("a", "p", "o", True, margins={0: 1.0, 1: 1.2, 2: 0.9}),
               Claim("protocol", "p", "o", True, margins={0: 5.0, 1: 6.0, 2: 5.5}, hypothesis=True)]
     box = verdict_html(claims, "reference scale")
-    assert "holds 1 (of the paper's 1 claims; 1 hypotheses of this book beside them" in box
+    assert "holds 1 (of the paper's 1 claim; 1 hypothesis of this book beside them" in box
     assert "a hypothesis of this book, not a claim of the paper: not counted" in box
     best = best_evidence_html({"reference": claims}, {"reference": "R = 10"})
-    assert "(1 claims of the paper, and 1 hypotheses of this book; decided at reference scale: holds 1)" in best
+    assert "(1 claim of the paper, and 1 hypothesis of this book; decided at reference scale: holds 1)" in best
     only = best_evidence_html({"reference": claims[1:]}, {"reference": "R = 10"})   # the side-by-side chapter's case
-    assert "(0 claims of the paper, and 1 hypotheses of this book; none to decide)" in only
+    assert "(0 claims of the paper, and 1 hypothesis of this book; none to decide)" in only
     summary = {"claims": [dataclasses.asdict(c) for c in claims]}
     assert overview.verdict_counts(summary)["hold"] == 1

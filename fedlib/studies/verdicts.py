@@ -18,6 +18,11 @@ OUTCOMES = ("holds", "does not hold", "inconclusive")
 CONFIDENCE = 0.95
 
 
+def counted(n: int, one: str, many: str | None = None) -> str:
+    """``n`` and the noun in its number: "1 claim", "2 claims", "1 hypothesis"."""
+    return f"{n} {one if n == 1 else (many or one + 's')}"
+
+
 DECIDING_SEEDS = 3   # the seeds a recorded table first decides on (the reference scale's; t(2) gives the interval)
 
 
@@ -162,10 +167,11 @@ def verdict_html(claims: list[Claim], scale_note: str) -> str:
     papers = [c for c in claims if not c.hypothesis]
     n = verdict_counts(c.verdict for c in papers)
     counts = ", ".join(f"{k} {n[k]}" for k in (*OUTCOMES, "not checked") if n[k])
-    extra = f"; {len(claims) - len(papers)} hypotheses of this book beside them" if len(papers) < len(claims) else ""
+    n_hyp = len(claims) - len(papers)
+    extra = f"; {counted(n_hyp, 'hypothesis', 'hypotheses')} of this book beside them" if n_hyp else ""
     return (f"<div class='verdict'><p><strong>Verdict per claim</strong> ({html.escape(scale_note)}): {counts} "
-            f"(of the paper's {len(papers)} claims{extra}; rule: 95% t-interval of the per-seed margin, paired by "
-            f"seed, see the introduction).</p><table><thead><tr><th>claim</th><th>paper</th><th>ours</th>"
+            f"(of the paper's {counted(len(papers), 'claim')}{extra}; rule: 95% t-interval of the per-seed margin, "
+            f"paired by seed, see the introduction).</p><table><thead><tr><th>claim</th><th>paper</th><th>ours</th>"
             f"<th>verdict</th></tr>"
             f"</thead><tbody>{''.join(rows)}</tbody></table></div>")
 
@@ -220,11 +226,11 @@ def best_evidence_html(by_scale: dict[str, list[Claim]], notes: dict[str, str]) 
                                    if (n := sum(1 for s_, o_ in decided_at if s_ == s and o_ == o)))
         for s in dict.fromkeys(s for s, _ in decided_at))
     scales = "".join(f"<li><strong>{html.escape(s)}</strong>: {html.escape(n)}</li>" for s, n in notes.items())
-    extra = f", and {hypotheses} hypotheses of this book" if hypotheses else ""
+    extra = f", and {counted(hypotheses, 'hypothesis', 'hypotheses')} of this book" if hypotheses else ""
     decided = f"decided at {html.escape(counts)}" if counts else "none to decide"
-    return (f"<div class='verdict'><p><strong>Verdict per claim, best evidence first</strong> ({len(decided_at)} "
-            f"claims of the paper{extra}; {decided}). Rule: 95% t-interval of the per-seed "
-            f"margin, paired by seed (see the introduction); only reference and paper scale test a claim of the "
-            f"paper.</p><ul>{scales}</ul>"
+    return (f"<div class='verdict'><p><strong>Verdict per claim, best evidence first</strong> "
+            f"({counted(len(decided_at), 'claim')} of the paper{extra}; {decided}). Rule: 95% t-interval of the "
+            f"per-seed margin, paired by seed (see the introduction); only reference and paper scale test a claim of "
+            f"the paper.</p><ul>{scales}</ul>"
             f"<table><thead><tr><th>claim</th><th>paper</th><th>ours (deciding scale)</th><th>verdict</th>"
             f"<th>other scales</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
