@@ -24,11 +24,11 @@ def test_tuning_chooses_the_best_heldout_score_the_smaller_rate_on_a_tie_and_not
 
 
 def test_choices_at_an_end_of_the_rate_grid_are_named():
-    chosen = {("dominant", "fedavg"): (0.1, None), ("dirichlet", "fedprox"): (0.01, 0.1),
+    chosen = {("dominant", "fedavg"): (0.3, None), ("dirichlet", "fedprox"): (0.01, 0.1),
               ("dirichlet", "local"): (0.03, None)}
     assert compare.grid_edge_line(chosen, "reference") == (
         "chose the grid's smallest rate, 0.01, so a wider grid might choose beyond it: FedProx (dirichlet); "
-        "chose the grid's largest rate, 0.1, so a wider grid might choose beyond it: FedAvg (dominant)")
+        "chose the grid's largest rate, 0.3, so a wider grid might choose beyond it: FedAvg (dominant)")
     assert compare.grid_edge_line({("dirichlet", "local"): (0.03, None)}, "reference") == ""
     assert compare.grid_edge_line(chosen, "book") == ""   # two rates: every choice is at an end
 
@@ -47,7 +47,7 @@ def test_every_method_runs_the_same_protocol_and_partition_per_seed_at_its_chose
     assert grid[("dominant", "fedprox")][0].hyper["mu"] == 0.1 and grid[("dominant", "fedpcl")][0].backbones
     assert grid[("dominant", "fedgpa")][0].partition["n"] == 600   # FedGPA's Setting 1 at reference scale
     tuning = compare.tuning_grid("reference")
-    assert len(tuning) == 3 * (4 * 3 + 9 * 6)   # 4 methods without a knob, 9 with two values; 3 rates
+    assert len(tuning) == 3 * (4 * 4 + 9 * 8)   # 4 methods without a knob, 9 with two values; 4 rates
     assert all(c.dataset == "fmnist-heldout" and c.seed == 0 for cfgs in tuning.values() for c in cfgs)
     from fedlib import results
 
@@ -102,14 +102,14 @@ def test_recorded_tuning_chooses_the_comparison_and_the_convergence_runs(tmp_pat
     assert list(tables) == ["comparison", "convergence", "mnist_check", "tuning"] and len(tables["comparison"]) == 39
     check = tables["mnist_check"]   # MNIST at the FMNIST choices, one partition, the comparison's seeds
     assert len(check) == 13 and {c.dataset for cfgs in check.values() for c in cfgs} == {"mnist"}
-    assert {(c.lr, c.hyper["mu"], c.seed) for c in check[("dominant", "fedprox")]} == {(0.1, 0.01, s) for s in range(3)}
+    assert {(c.lr, c.hyper["mu"], c.seed) for c in check[("dominant", "fedprox")]} == {(0.3, 0.01, s) for s in range(3)}
     assert check[("dominant", "fedpcl")][0].backbones == ["cnn_usps"]   # a digit CNN that never saw MNIST
     assert {str(c.partition) for cfgs in check.values() for c in cfgs} == \
         {str(tables["comparison"][("dominant", "fedavg")][0].partition)}
     fedprox = tables["comparison"][("long_tail", "fedprox")]
-    assert [c.seed for c in fedprox] == [0, 1, 2] and {(c.lr, c.hyper["mu"]) for c in fedprox} == {(0.1, 0.01)}
+    assert [c.seed for c in fedprox] == [0, 1, 2] and {(c.lr, c.hyper["mu"]) for c in fedprox} == {(0.3, 0.01)}
     assert {label: (c.rounds, c.seed, c.lr) for label, (c,) in tables["convergence"].items()} == \
-        {"fedgpa": (60, 0, 0.1), "fedavg": (60, 0, 0.1)}
+        {"fedgpa": (60, 0, 0.3), "fedavg": (60, 0, 0.3)}
     (cfg,) = tuning[("dirichlet", "ditto", 0.1, 1.0)]
     (tmp_path / "compare" / f"{cfg.key()}.json").unlink()
     assert ("dirichlet", "ditto") not in compare.tables("reference")["comparison"]
@@ -150,17 +150,17 @@ def test_a_diverged_run_is_recorded_as_such_skipped_next_time_and_scores_nothing
     again = record_grid([bad], "demo", workers=1, device="cpu", executor="sequential", root=tmp_path,
                         cache_dir=tmp_path / "cache", scale="reference")
     assert again["failed"] == 0 and again["skipped"] == 1 and "1 recorded as diverged" in capsys.readouterr().out
-    # the tuning: every point of one cell recorded but lr 0.1, which diverged
+    # the tuning: every point of one cell recorded but lr 0.3, which diverged
     tuning = compare.tuning_grid("reference")
     cell = {k: cfgs for k, cfgs in tuning.items() if k[:2] == ("dirichlet", "local")}
     for (_, _, lr, _), (cfg,) in cell.items():
-        if lr == 0.1:
+        if lr == 0.3:
             results.write_diverged(cfg, "loss became nan", "compare", "reference", tmp_path)
         else:
             row = {"round": cfg.rounds, "personal_local_acc": 0.5 + lr}
             results.write({"config": cfg.flat(), "key": cfg.key(), "seed": 0, "scale": "reference", "history": [row],
                            "final": row}, "compare", tmp_path)
-    assert compare.recorded_choice("reference") == {("dirichlet", "local"): (0.03, None)}
+    assert compare.recorded_choice("reference") == {("dirichlet", "local"): (0.1, None)}
 
 
 def test_the_mnist_check_compares_the_two_orders_by_kendalls_tau_worked_by_hand():

@@ -597,7 +597,7 @@ def test_fedpcl_says_from_its_records_what_the_official_classifier_costs_the_bas
                      "against the best of them: 60.00 (Solo, linear head), 40.00 (Solo, official head)"]
 
 
-def test_every_chapter_config_keeps_its_cache_key():
+def test_every_chapter_config_keeps_its_cache_key(tmp_path, monkeypatch):
     """The cache keys of every config each chapter's tables train, at every scale, against a snapshot taken before
     the chapter contract (tests/data/config_keys.json, made at b1f1a42): a refactor of the book layer must leave
     every committed record and every ci/book run where it is. A deliberate change of a grid updates the snapshot in
@@ -606,8 +606,11 @@ def test_every_chapter_config_keeps_its_cache_key():
     import json
     from pathlib import Path
 
+    from fedlib import results
     from fedlib.studies.grid import recording_order
 
+    monkeypatch.setattr(results, "RESULTS", tmp_path)   # grids that follow records (the side-by-side comparison
+    # trains each cell's tuned choice) are snapshot before any record
     snapshot = json.loads((Path(__file__).parent / "data" / "config_keys.json").read_text())["keys"]
     for entry, expected in snapshot.items():
         name, scale = entry.split("/")
