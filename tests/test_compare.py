@@ -118,6 +118,36 @@ def test_recorded_tuning_chooses_the_comparison_and_the_convergence_runs(tmp_pat
     assert ("dominant", "ditto") not in compare.tables("reference")["mnist_check"]
 
 
+def test_recorded_hypotheses_wait_for_every_comparison_run_and_count_a_diverged_seed_as_recorded(tmp_path,
+                                                                                                   monkeypatch):
+    """Made-up tuning and comparison records (FedGPA 2 points above every baseline on every seed): no verdict while a
+    comparison run is missing; once that run is recorded as diverged, each partition's hypothesis is decided on the
+    seeds every method has (the diverged one left out of the means)."""
+    from fedlib import results
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+
+    def write(cfg, acc):
+        row = {"round": cfg.rounds, "personal_local_acc": acc}
+        results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
+                       "history": [row], "final": row}, "compare", tmp_path)
+
+    for (_, _, lr, _), (cfg,) in compare.tuning_grid("reference").items():
+        write(cfg, 0.5 + lr)
+    comparison = compare.tables("reference")["comparison"]
+    missing = comparison[("long_tail", "fedpac")][1]
+    for (_, m), cfgs in comparison.items():
+        for cfg in cfgs:
+            if cfg is not missing:
+                write(cfg, 0.70 + 0.02 * (m == "fedgpa") + 0.01 * cfg.seed)
+    assert compare.recorded_claims("reference") is None
+    results.write_diverged(missing, "loss became nan", "compare", "reference", tmp_path)
+    claims, note = compare.recorded_claims("reference")
+    assert [c.hypothesis for c in claims] == [True] * 3 and "seeds [0, 1, 2]" in note
+    assert [sorted(c.margins) for c in claims] == [[0, 1, 2], [0, 2], [0, 1, 2]]   # long tail: FedPAC lacks seed 1
+    assert all(c.verdict.mean == pytest.approx(2.0) for c in claims)
+
+
 def test_a_tuning_rate_that_diverges_scores_nothing_and_is_shown_as_diverged():
     from fedlib.studies.report import records_in
 

@@ -424,14 +424,19 @@ def verdicts(runs: dict, scale: str) -> list[Claim]:
 
 def recorded_claims(scale: str) -> tuple[list[Claim], str] | None:
     """The hypotheses' verdicts from the committed records at ``scale`` once the comparison (every cell the tuning
-    has chosen, every partition and method) has all its seeds; None before."""
-    from fedlib.studies.grid import complete_runs
+    has chosen, every partition and method) has all its seeds, a seed recorded as diverged counting as recorded (it
+    is left out of the means, as on the page's own runs); None before."""
+    from fedlib import results
+    from fedlib.studies.grid import stored_grid
 
     grid = tables(scale)["comparison"]
     if len(grid) < len(PARTITIONS) * len(METHODS):   # the tuning has not chosen every cell yet
         return None
-    runs = complete_runs("compare", grid)
-    if runs is None:
+    stored, diverged = stored_grid("compare", grid), results.diverged_keys("compare", results.RESULTS)
+    runs = {cell: stored[cell]["records"] + [{"seed": c.seed, "diverged": True, "final": {}} for c in configs
+                                             if c.key() in diverged]
+            for cell, configs in grid.items()}
+    if any(len(runs[cell]) < len(configs) for cell, configs in grid.items()):
         return None
     sc = SCALES[scale]
     return verdicts(runs, scale), (f"{scale} scale, committed records: FMNIST, 20 clients, {sc['rounds']} rounds of "
