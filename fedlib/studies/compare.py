@@ -202,19 +202,23 @@ def check_grid(scale: str, chosen: dict) -> dict:
     return grid
 
 
-def recorded_choice(scale: str) -> dict:
-    """The choices the committed tuning records of ``scale`` make (every cell whose runs are all recorded, a run
-    recorded as diverged counting as one that scores nothing)."""
+def recorded_runs(grid: dict) -> dict:
+    """{cell: the committed records of its configs, and a stand-in ``{"seed", "diverged", "final": {}}`` for each
+    config recorded as diverged} (what ``run_grid(keep_diverged=True)`` gives the page's own runs)."""
     from fedlib import results
     from fedlib.studies.grid import stored_grid
 
-    grid = tuning_grid(scale)
-    stored = stored_grid("compare", grid)
-    diverged = results.diverged_keys("compare", results.RESULTS)
+    stored, diverged = stored_grid("compare", grid), results.diverged_keys("compare", results.RESULTS)
+    return {cell: stored[cell]["records"] + [{"seed": c.seed, "diverged": True, "final": {}} for c in configs
+                                             if c.key() in diverged]
+            for cell, configs in grid.items()}
+
+
+def recorded_choice(scale: str) -> dict:
+    """The choices the committed tuning records of ``scale`` make (every cell whose runs are all recorded, a run
+    recorded as diverged counting as one that scores nothing)."""
     cells: dict = {}
-    for (kind, m, lr, v), c in stored.items():
-        (cfg,) = grid[(kind, m, lr, v)]
-        done = c["records"] or ([{"seed": 0, "diverged": True, "final": {}}] if cfg.key() in diverged else [])
+    for (kind, m, lr, v), done in recorded_runs(tuning_grid(scale)).items():
         cells.setdefault((kind, m), {})[(kind, m, lr, v)] = done
     complete = {k: runs for k, runs in cells.items() if all(runs.values())}
     return choose({key: recs for runs in complete.values() for key, recs in runs.items()})
@@ -426,16 +430,10 @@ def recorded_claims(scale: str) -> tuple[list[Claim], str] | None:
     """The hypotheses' verdicts from the committed records at ``scale`` once the comparison (every cell the tuning
     has chosen, every partition and method) has all its seeds, a seed recorded as diverged counting as recorded (it
     is left out of the means, as on the page's own runs); None before."""
-    from fedlib import results
-    from fedlib.studies.grid import stored_grid
-
     grid = tables(scale)["comparison"]
     if len(grid) < len(PARTITIONS) * len(METHODS):   # the tuning has not chosen every cell yet
         return None
-    stored, diverged = stored_grid("compare", grid), results.diverged_keys("compare", results.RESULTS)
-    runs = {cell: stored[cell]["records"] + [{"seed": c.seed, "diverged": True, "final": {}} for c in configs
-                                             if c.key() in diverged]
-            for cell, configs in grid.items()}
+    runs = recorded_runs(grid)
     if any(len(runs[cell]) < len(configs) for cell, configs in grid.items()):
         return None
     sc = SCALES[scale]
