@@ -87,9 +87,26 @@ def test_stale_records_are_detected_and_not_served_as_current(stored, monkeypatc
     assert entry.stale and "changed" in entry.reason
     grid = stored_grid("demo", {"cell": [cfg], "other": [dataclasses.replace(cfg, seed=3)]}, root=root)
     assert grid == {
-        "cell": {"records": [], "stale": 1, "missing": 0},
-        "other": {"records": [], "stale": 0, "missing": 1},
+        "cell": {"records": [], "stale": 1, "diverged": [], "missing": 0},
+        "other": {"records": [], "stale": 0, "diverged": [], "missing": 1},
     }
+
+
+def test_a_seed_recorded_as_diverged_is_an_outcome_not_a_missing_run(stored, capsys):
+    """A run whose loss became nan (``write_diverged``) counts apart from the missing ones, and ``with_diverged``
+    gives its stand-in, which the tables name and leave out of the means."""
+    from fedlib.studies.common import report_stored, with_diverged
+
+    cfg, _, _, root = stored
+    cell = [cfg, dataclasses.replace(cfg, seed=1), dataclasses.replace(cfg, seed=2)]
+    results.write_diverged(cell[1], "loss became nan", "demo", "reference", root)
+    stored_cells = stored_grid("demo", {"cell": cell}, root=root)
+    assert (stored_cells["cell"]["diverged"], stored_cells["cell"]["missing"]) == ([1], 1)
+    runs = with_diverged(stored_cells)["cell"]
+    assert [r["seed"] for r in runs] == [0, 1] and "diverged" in runs[1] and "diverged" not in runs[0]
+    report_stored(stored_cells, "cell", scale="reference")
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "committed reference-scale records (cell): 1 current, 0 stale, 1 recorded as diverged, 1 missing of 3")
 
 
 def test_a_table_decides_on_the_seeds_every_cell_has_once_it_has_three(stored):

@@ -14,6 +14,7 @@ from fedlib.studies.grid import (
                                  run_grid,
                                  set_runtime,
                                  stored_grid,
+                                 with_diverged,
                                  with_seeds,
 )
 from fedlib.studies.report import (
@@ -38,7 +39,7 @@ from fedlib.studies.verdicts import Claim, best_evidence_html, verdict_html
 
 __all__ = [
     "RUNTIME", "set_runtime", "complete_runs", "default_workers", "run_all", "run_grid", "nested", "with_seeds",
-    "stored_grid",
+    "stored_grid", "with_diverged",
     "recording_order", "record_grid", "convergence_grid", "convergence_gap", "DEADLINE_GRACE_S", "method_labels",
     "mean_std", "fmt", "provenance", "records_in",
     "provenance_line", "ResultsTable", "show_table", "report_stored", "Claim", "verdict_html", "best_evidence_html",

@@ -35,7 +35,7 @@ import numpy as np
 from fedlib.data.partition import fedgpa_setting
 from fedlib.experiment import Config, make_config
 from fedlib.studies.common import RUNTIME, method_labels, with_seeds
-from fedlib.studies.grid import Scales
+from fedlib.studies.grid import Scales, stored_grid, with_diverged
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import fmt, local
 from fedlib.studies.verdicts import Claim
@@ -202,23 +202,11 @@ def check_grid(scale: str, chosen: dict) -> dict:
     return grid
 
 
-def recorded_runs(grid: dict) -> dict:
-    """{cell: the committed records of its configs, and a stand-in ``{"seed", "diverged", "final": {}}`` for each
-    config recorded as diverged} (what ``run_grid(keep_diverged=True)`` gives the page's own runs)."""
-    from fedlib import results
-    from fedlib.studies.grid import stored_grid
-
-    stored, diverged = stored_grid("compare", grid), results.diverged_keys("compare", results.RESULTS)
-    return {cell: stored[cell]["records"] + [{"seed": c.seed, "diverged": True, "final": {}} for c in configs
-                                             if c.key() in diverged]
-            for cell, configs in grid.items()}
-
-
 def recorded_choice(scale: str) -> dict:
     """The choices the committed tuning records of ``scale`` make (every cell whose runs are all recorded, a run
     recorded as diverged counting as one that scores nothing)."""
     cells: dict = {}
-    for (kind, m, lr, v), done in recorded_runs(tuning_grid(scale)).items():
+    for (kind, m, lr, v), done in with_diverged(stored_grid("compare", tuning_grid(scale))).items():
         cells.setdefault((kind, m), {})[(kind, m, lr, v)] = done
     complete = {k: runs for k, runs in cells.items() if all(runs.values())}
     return choose({key: recs for runs in complete.values() for key, recs in runs.items()})
@@ -433,7 +421,7 @@ def recorded_claims(scale: str) -> tuple[list[Claim], str] | None:
     grid = tables(scale)["comparison"]
     if len(grid) < len(PARTITIONS) * len(METHODS):   # the tuning has not chosen every cell yet
         return None
-    runs = recorded_runs(grid)
+    runs = with_diverged(stored_grid("compare", grid))
     if any(len(runs[cell]) < len(configs) for cell, configs in grid.items()):
         return None
     sc = SCALES[scale]

@@ -165,19 +165,31 @@ def with_seeds(cfg: Config, seeds) -> list[Config]:
 
 
 def stored_grid(chapter: str, grid: dict, root=None) -> dict:
-    """For a grid {cell: [configs over seeds]}: the committed records of each cell (current ones only)
-    and the cells that have stale records. Returns {cell: {"records": [...], "stale": n, "missing": n}}."""
+    """For a grid {cell: [configs over seeds]}: the committed records of each cell (current ones only), the cells
+    that have stale records, and the seeds recorded as diverged (``results.write_diverged``: an outcome, not a gap).
+    Returns {cell: {"records": [...], "stale": n, "diverged": [seeds], "missing": n}}."""
     from fedlib import results
 
+    root = root or results.RESULTS
     flat = [c for configs in grid.values() for c in configs]
-    found = iter(results.lookup(chapter, flat, root or results.RESULTS))
+    found = iter(results.lookup(chapter, flat, root))
+    diverged = results.diverged_keys(chapter, root)
     out = {}
     for cell, configs in grid.items():
         hits = [next(found) for _ in configs]
         out[cell] = {"records": [h.record for h in hits if h is not None and not h.stale],
                      "stale": sum(1 for h in hits if h is not None and h.stale),
-                     "missing": sum(1 for h in hits if h is None)}
+                     "diverged": [c.seed for c, h in zip(configs, hits) if h is None and c.key() in diverged],
+                     "missing": sum(1 for c, h in zip(configs, hits) if h is None and c.key() not in diverged)}
     return out
+
+
+def with_diverged(stored: dict) -> dict:
+    """``stored_grid``'s answer as runs: {cell: its committed records, and a stand-in ``{"seed", "diverged",
+    "final": {}}`` for each seed recorded as diverged} (what ``run_grid(keep_diverged=True)`` gives a page's own
+    runs)."""
+    return {cell: c["records"] + [{"seed": seed, "diverged": True, "final": {}} for seed in c["diverged"]]
+            for cell, c in stored.items()}
 
 
 def complete_runs(chapter: str, grid: dict, root=None) -> dict | None:

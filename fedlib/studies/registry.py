@@ -100,14 +100,14 @@ class Chapter:
         tables read from the headline grid) or ``headline_rows(runs, scale)``. Returns the current records."""
         from IPython.display import Markdown, display
 
-        from fedlib.studies.grid import stored_grid
+        from fedlib.studies.grid import stored_grid, with_diverged
         from fedlib.studies.report import report_stored, show_table
 
         stored = stored_grid(self.name, self.headline_grid(scale))
         found = report_stored(stored, what, scale=scale)
         if not found:
             return found
-        runs = {cell: c["records"] for cell, c in stored.items()}
+        runs = with_diverged(stored)   # a seed recorded as diverged: its stand-in, which the tables name
         if hasattr(self.study, "recorded_tables"):
             tables = self.study.recorded_tables(runs, scale)
         elif hasattr(self.study, "headline_rows"):

@@ -349,8 +349,10 @@ def report_stored(stored: dict, grid: str = "", scale: str = "paper") -> list[di
     found = [r for cell in stored.values() for r in cell["records"]]
     stale = sum(c["stale"] for c in stored.values())
     missing = sum(c["missing"] for c in stored.values())
+    diverged = sum(len(c.get("diverged", ())) for c in stored.values())
     print(f"committed {scale}-scale records{f' ({grid})' if grid else ''}: {len(found)} current, {stale} stale, "
-          f"{missing} missing of {len(found) + stale + missing}")
+          + (f"{diverged} recorded as diverged, " if diverged else "")
+          + f"{missing} missing of {len(found) + stale + diverged + missing}")
     if found:
         p = provenance(found)
         print(f"made on {', '.join(p['devices'])} ({', '.join(p['executors'])} executor), {p['dates']}, "
