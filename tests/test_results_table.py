@@ -351,3 +351,13 @@ def test_a_table_of_single_seed_endpoints_states_its_floor_when_asked():
     assert "chance" not in ResultsTable(rows, test_set="balanced", classes=10)._repr_html_()
     assert "chance: 10% (a uniform guess over 10 classes)" in ResultsTable(rows, test_set="balanced", classes=10,
                                                                              state_floor=True)._repr_html_()
+
+
+def test_coverage_names_stale_and_diverged_runs_apart_from_the_recorded_ones():
+    from fedlib.studies.report import coverage_text
+
+    cov = {"total": 10, "current": 6, "stale": 1, "diverged": 2, "seeds": [0, 1, 2], "devices": ["cpu"], "hours": 1.25}
+    assert coverage_text(cov) == ("6 of 10 runs recorded, 1 stale, 2 recorded as diverged; seeds 0, 1, 2; cpu; "
+                                  "1.2 h of training")
+    assert coverage_text({**cov, "stale": 0, "diverged": 0}) == ("6 of 10 runs recorded; seeds 0, 1, 2; cpu; "
+                                                              "1.2 h of training")

@@ -143,15 +143,17 @@ class Chapter:
 
     def coverage(self, scale: str = "paper") -> dict:
         """How much of the chapter's grid at ``scale`` (reference or paper) has committed records: runs current /
-        stale / missing of the total, their seeds, devices and training time."""
+        stale / recorded as diverged of the total, their seeds, devices and training time."""
         from fedlib import results
         from fedlib.studies.grid import recording_order
 
         grid = recording_order(self.study.tables(scale))
         hits = results.lookup(self.name, grid)
         current = [h.record for h in hits if h is not None and not h.stale]
+        diverged = results.diverged_keys(self.name)
         return {"total": len(grid), "current": len(current),
                 "stale": sum(1 for h in hits if h is not None and h.stale),
+                "diverged": sum(1 for c, h in zip(grid, hits) if h is None and c.key() in diverged),
                 "seeds": sorted({int(r["seed"]) for r in current}),
                 "devices": sorted({str(r.get("device", "?")).split(" (")[0] for r in current}),
                 "hours": sum(r.get("wall_time_s", 0.0) for r in current) / 3600}

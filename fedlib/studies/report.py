@@ -394,6 +394,7 @@ def coverage_text(cov: dict) -> str:
     if not cov["current"]:
         return f"0 of {cov['total']} runs recorded" + (f" ({cov['stale']} stale)" if cov["stale"] else "")
     return (f"{cov['current']} of {cov['total']} runs recorded" + (f", {cov['stale']} stale" if cov["stale"] else "")
+            + (f", {cov['diverged']} recorded as diverged" if cov.get("diverged") else "")
             + f"; seeds {', '.join(map(str, cov['seeds']))}; {', '.join(cov['devices'])}; "
               f"{cov['hours']:.1f} h of training")
 
