@@ -358,6 +358,28 @@ def test_fedpcl_claims_with_a_size_are_checked_against_the_size_they_state():
     assert not fifteen.holds and fifteen.margins == pytest.approx({0: -8.0, 1: -8.0, 2: -8.0})   # m=5: +2, 10 - 2
 
 
+def test_fedpcl_paper_scale_tables_beside_table2_each_decide_their_claim_from_their_own_cells():
+    """The paper-scale grids of Table 6, the label-shift sweeps and Table 5 (their committed records join Table 2's
+    verdicts once complete) give ``verdicts`` cells it reads: one more claim each, keyed as the grids key them."""
+    from fedlib.studies import fedpcl
+
+    def recs(value, seeds, sent=100):
+        return [{"seed": s, "final": {}, "config": {},
+                 "history": [{"personal_local_acc": value / 100, "uploaded_per_client": sent}]} for s in seeds]
+
+    table2 = {(bb, m): recs(50, (0, 1, 2), 10_000 if m == "fedavg" else 100)
+              for bb in ("s", "m") for m in ("fedpcl", "fedavg")}
+    base = len(fedpcl.verdicts(table2))
+    for table, (argument, _) in fedpcl.PAPER_CLAIM_TABLES.items():
+        grid = fedpcl.tables("paper")[table]
+        runs = {cell: recs(60 if "fedpcl" in str(cell) or cell == "pcl" else 50, [c.seed for c in configs])
+                for cell, configs in grid.items()}
+        claims = fedpcl.verdicts(table2, **{argument: runs})
+        added = claims[base:]
+        assert len(added) == (2 if table == "label_shift" else 1), table
+        assert all(c.verdict.n == 3 for c in added), table
+
+
 def test_fedpcl_table1_says_why_frozen_backbones_send_more_than_our_small_cnn():
     from fedlib.studies import fedpcl
 

@@ -362,10 +362,15 @@ def label_shift(scale: str, store: str | None = None) -> tuple[dict, dict, dict]
     and FedAvg against the number of clients (alpha = 1). Returns ({method: {alpha: ms}}, {method: {clients: ms}},
     every run)."""
     runs = run_grid(label_shift_grid(scale), desc="label shift", progress=False, store=store)
+    return *label_shift_points(runs), runs
+
+
+def label_shift_points(runs: dict) -> tuple[dict, dict]:
+    """The label-shift runs as ({method: {alpha: ms}}, {method: {clients: ms}})."""
     by: dict[str, dict] = {"alpha": {}, "clients": {}}
     for (kind, m, x), recs in runs.items():
         by[kind].setdefault(m, {})[x] = mean_std(recs)
-    return by["alpha"], by["clients"], runs
+    return by["alpha"], by["clients"]
 
 
 def plot_label_shift(alpha_res: dict, client_res: dict, scale: str):
@@ -415,9 +420,12 @@ def table5_grid(scale: str) -> dict:
 def table5(scale: str, store: str | None = None) -> tuple[list[dict], dict, dict]:
     """Table 5 analogue: FedPCL's loss replaced (feature & label shift). Returns (rows, {loss: ms}, runs)."""
     runs = run_grid(table5_grid(scale), desc="Table 5", progress=False, store=store)
-    t5 = {loss: mean_std(recs) for loss, recs in runs.items()}
-    rows = [{"loss": NAMES_T5[loss], f"ours ({scale})": fmt(ms), "paper": PAPER_T5[loss]} for loss, ms in t5.items()]
-    return rows, t5, runs
+    return table5_rows(runs, scale), {loss: mean_std(recs) for loss, recs in runs.items()}, runs
+
+
+def table5_rows(runs: dict, scale: str) -> list[dict]:
+    return [{"loss": NAMES_T5[loss], f"ours ({scale})": fmt(mean_std(recs)), "paper": PAPER_T5[loss]}
+            for loss, recs in runs.items()]
 
 
 def table6_grid(scale: str) -> dict:
@@ -447,12 +455,17 @@ def table6_rows(runs: dict) -> list[dict]:
     return rows
 
 
-def paper_scale_table6() -> dict | None:
-    """Table 6's committed paper-scale records {(variant, setting): records}, or None until every cell has its
-    seeds."""
+# the tables beside Table 2 whose committed paper-scale records decide a claim: {table: (verdicts' argument, title)}
+PAPER_CLAIM_TABLES = {"table6": ("t6_runs", "Table 6"), "label_shift": ("label_shift_runs", "the label-shift sweeps"),
+                      "table5": ("t5_runs", "Table 5")}
+
+
+def paper_scale_runs(table: str) -> dict | None:
+    """The committed paper-scale records of ``table`` (a name of ``tables``) {cell: records}, or None until every
+    cell has its seeds."""
     from fedlib.studies.common import complete_runs
 
-    return complete_runs("fedpcl", table6_grid("paper"))
+    return complete_runs("fedpcl", tables("paper")[table])
 
 
 def plot_backbone_similarity(scale: str):
