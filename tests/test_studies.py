@@ -203,7 +203,7 @@ def test_a_chapter_missing_part_of_the_contract_is_refused_by_name(monkeypatch):
         registry.study("nosuch")
 
 
-@pytest.mark.parametrize("chapter", ["fedgpa", "fedprp", "fedmate", "pfedcspc"])
+@pytest.mark.parametrize("chapter", ["fedgpa", "fedprp", "fedmate", "pfedcspc", "fedpcl"])
 def test_every_listed_claim_names_a_recorded_table_with_runs(chapter):
     from fedlib.studies.registry import study
     from fedlib.studies.report import claim_runs
@@ -378,6 +378,10 @@ def test_fedpcl_paper_scale_tables_beside_table2_each_decide_their_claim_from_th
         added = claims[base:]
         assert len(added) == (2 if table == "label_shift" else 1), table
         assert all(c.verdict.n == 3 for c in added), table
+    full = fedpcl.verdicts(table2, **{argument: {cell: recs(50, [c.seed for c in configs])
+                                                 for cell, configs in fedpcl.tables("paper")[table].items()}
+                                      for table, (argument, _) in fedpcl.PAPER_CLAIM_TABLES.items()})
+    assert [c.claim for c in full] == [claim for claim, _, _ in fedpcl.CLAIM_TABLES]   # the list names every claim
 
 
 def test_fedpcl_table1_says_why_frozen_backbones_send_more_than_our_small_cnn():
