@@ -233,6 +233,22 @@ def test_each_chapters_status_box_states_the_share_of_a_paper_scale_runs_trainin
     assert every["fedpcl"].training_share().startswith("each run has a paper-scale run's budget")
 
 
+def test_a_status_box_says_a_scale_is_complete_once_every_run_is_recorded_or_recorded_as_diverged(monkeypatch):
+    from fedlib.studies.registry import Chapter, chapters
+
+    def coverage(self, scale):
+        current = {"reference": 8, "paper": 5}[scale]
+        return {"total": 10, "current": current, "stale": 0, "diverged": 2, "seeds": [0, 1, 2], "devices": ["cpu"],
+                "hours": 1.0}
+
+    monkeypatch.setattr(Chapter, "coverage", coverage)
+    box = chapters()["compare"].status_html("ci")
+    assert "Reference scale: 8 of 10 runs recorded, 2 recorded as diverged;" in box
+    reference, paper = box.split("Paper scale:")
+    assert "(complete)" in reference and "adds the rest" not in reference
+    assert "--scale paper</code> adds the rest" in paper and "(complete)" not in paper
+
+
 def test_a_chapters_recorded_tables_render_the_committed_records_and_a_dash_where_none_is(tmp_path, monkeypatch):
     """pFedCSPC's Table II at reference scale from committed records only: FedAvg's three seeds (80, 82, 84) give
     82.00 ± 1.63 (population std), a method without records reads "-", and nothing is trained; FedPRP's comparison

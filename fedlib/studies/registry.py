@@ -209,10 +209,12 @@ class Chapter:
         from fedlib.studies.report import SCALE_MEANING, coverage_text
 
         share = {"reference": self.training_share("reference")}
-        parts = [f"{s.capitalize()} scale: {html.escape(coverage_text(self.coverage(s)))}"
+        coverage = {s: self.coverage(s) for s in RECORDED_SCALES}
+        parts = [f"{s.capitalize()} scale: {html.escape(coverage_text(cov))}"
                  + (f"; {html.escape(share[s])}" if share.get(s) else "")
-                 + f" (<code>python -m fedlib records {self.name} --scale {s}</code> adds the rest)"
-                 for s in RECORDED_SCALES]
+                 + (" (complete)" if cov["current"] + cov["diverged"] == cov["total"] else
+                    f" (<code>python -m fedlib records {self.name} --scale {s}</code> adds the rest)")
+                 for s, cov in coverage.items()]
         return (f"<div class='verdict'><p><strong>Where this chapter stands.</strong> {'. '.join(parts)}; records "
                 f"are committed under <code>results/{self.name}/</code>. This page runs at scale "
                 f"<strong>{html.escape(scale)}</strong>: {html.escape(SCALE_MEANING.get(scale, ''))}.</p></div>")
