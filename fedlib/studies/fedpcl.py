@@ -373,6 +373,12 @@ def label_shift_points(runs: dict) -> tuple[dict, dict]:
     return by["alpha"], by["clients"]
 
 
+def label_shift_lines(alpha_res: dict, client_res: dict) -> list[str]:
+    """One line per method and sweep: its accuracy at each alpha, then at each number of clients m."""
+    return [f"{LABELS[m]:7s} " + ", ".join(f"{name}={x}: {fmt(ms)}" for x, ms in points.items())
+            for name, res in (("alpha", alpha_res), ("m", client_res)) for m, points in res.items()]
+
+
 def plot_label_shift(alpha_res: dict, client_res: dict, scale: str):
     import matplotlib.pyplot as plt
 
