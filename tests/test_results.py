@@ -148,6 +148,14 @@ def test_seeds_added_after_the_first_three_are_disclosed_as_a_second_look():
                                                                "verdicts of the first 3 seeds came out inconclusive")
 
 
+def test_tables_are_listed_as_a_sentence():
+    from fedlib.studies.verdicts import listed
+
+    assert [listed([]), listed(["Table II"]), listed(iter(["Table II", "Table III"]))] == ["", "Table II",
+                                                                                         "Table II and Table III"]
+    assert listed(["Table II", "Table III", "Tables IV-V"]) == "Table II, Table III and Tables IV-V"
+
+
 def test_records_whose_config_no_longer_loads_are_stale(stored):
     _, _, path, root = stored
     saved = json.loads(path.read_text())

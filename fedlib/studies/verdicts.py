@@ -23,6 +23,12 @@ def counted(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
+def listed(items) -> str:
+    """Items in a sentence: "A", "A and B", "A, B and C"."""
+    items = list(items)
+    return " and ".join(filter(None, (", ".join(items[:-1]), items[-1] if items else "")))
+
+
 DECIDING_SEEDS = 3   # the seeds a recorded table first decides on (the reference scale's; t(2) gives the interval)
 
 
