@@ -182,7 +182,7 @@ def test_a_chapter_from_outside_the_package_is_registered_and_listed_everywhere(
     assert list(overview.titles())[-1] == "mypaper" and overview.titles()["mypaper"] == "My paper"
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     assert main(["records", "mypaper", "--scale", "reference", "--device", "cpu", "--deadline", "1e-9"]) == 0
-    assert "mypaper at scale reference: 215 configs" in capsys.readouterr().out
+    assert "mypaper at scale reference: 223 configs" in capsys.readouterr().out
     assert "My paper" in overview.recorded_claims_table()["chapter"].tolist()
 
 
@@ -304,7 +304,7 @@ def test_pfedcspc_decides_table_iis_claims_as_soon_as_table_ii_is_complete(tmp_p
     assert claims[0].verdict.outcome == "holds" and claims[0].verdict.mean == pytest.approx(1.0)
     assert claims[1].verdict.mean == pytest.approx(0.0, abs=1e-9)
     assert "Table III, Tables IV-V, Tables VI-VII not complete yet: their claims wait" in note
-    assert "seeds 3, 4 were added to Table II and the ablations" in note   # the seeds added after the first look
+    assert "seeds 3, 4 were added to Table II after" in note   # the seeds added after the first look, where recorded
 
 
 def test_fedgpa_reads_its_claims_from_committed_records_of_complete_settings(tmp_path, monkeypatch):
@@ -513,8 +513,14 @@ def test_fedmate_reads_its_claims_from_committed_records_once_table1_is_complete
     first = claims[0].verdict
     assert claims[0].claim.startswith("FedMate generalizes best") and first.outcome == "holds" and first.n == 3
     assert any(c.claim.startswith("FedMate adapts best to local data") for c in claims)
-    table2_run = next(c for c in configs if c in [x for xs in fedmate.table2_grid("reference").values() for x in xs])
-    (tmp_path / "fedmate" / f"{table2_run.key()}.json").unlink()
+    assert "Table 2 seeds [0, 1, 2, 3, 4]; seeds 3, 4 were added to Table 2" in note   # its second look, stated
+    table2_cell = next(iter(fedmate.table2_grid("reference").values()))
+    (tmp_path / "fedmate" / f"{table2_cell[0].key()}.json").unlink()   # seed 0 of one cell: the rest decide
+    claims, note = fedmate.recorded_claims("reference")
+    adapts = next(c for c in claims if c.claim.startswith("FedMate adapts"))
+    assert "Table 2 seeds [1, 2, 3, 4]" in note and sorted(adapts.margins) == [1, 2, 3, 4]
+    for cfg in table2_cell[1:3]:   # two seeds left in that cell: fewer than three, Table 2 waits
+        (tmp_path / "fedmate" / f"{cfg.key()}.json").unlink()
     claims, note = fedmate.recorded_claims("reference")
     assert "not yet complete: table2" in note and not any(c.claim.startswith("FedMate adapts") for c in claims)
     table1_run = fedmate.table1_grid("reference")[next(iter(fedmate.table1_grid("reference")))][0]
@@ -541,13 +547,17 @@ def test_pfedcspc_reads_its_claims_from_committed_records_once_its_tables_are_co
         results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
                        "history": rows, "final": rows[-1]}, "pfedcspc", tmp_path)
     claims, note = pfedcspc.recorded_claims("reference")
-    assert "seeds [0, 1, 2, 3, 4] (Table II), [0, 1, 2] (Table III)" in note
+    assert "seeds [0, 1, 2, 3, 4]; seeds 3, 4 were added to Table II, Table III, Tables IV-V and Tables VI-VII" in note
     headline = claims[0].verdict
     assert headline.n == 5 and headline.outcome == "holds" and headline.mean == pytest.approx(3.0)
     fewest = next(c for c in claims if c.claim.startswith("pFedCSPC reaches the target accuracy in the fewest"))
     assert fewest.verdict.outcome == "holds"
-    plus = next(c for c in configs if c.hyper.get("base") and c.seed == 0)
-    (tmp_path / "pfedcspc" / f"{plus.key()}.json").unlink()
+    plus = next(cfgs for cell, cfgs in pfedcspc.table6_grid("reference").items() if cell.startswith("+"))
+    (tmp_path / "pfedcspc" / f"{plus[0].key()}.json").unlink()   # one seed of a Table VI cell: the rest decide
+    fewer, note = pfedcspc.recorded_claims("reference")
+    assert [c.claim for c in fewer] == [c.claim for c in claims] and "[1, 2, 3, 4] (Tables VI-VII)" in note
+    for cfg in plus[1:3]:   # two seeds left in that cell: fewer than three, Tables VI and VII wait
+        (tmp_path / "pfedcspc" / f"{cfg.key()}.json").unlink()
     fewer, note = pfedcspc.recorded_claims("reference")
     assert [c.claim for c in fewer] == [c.claim for c in claims if "(Table VI" not in c.claim]
     assert len(fewer) == len(claims) - 2 and "Tables VI-VII not complete yet: their claims wait" in note
