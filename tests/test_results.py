@@ -143,8 +143,9 @@ def test_seeds_added_after_the_first_three_are_disclosed_as_a_second_look():
     from fedlib.studies.verdicts import second_look
 
     assert second_look([0, 1, 2], "Table II") == ""
-    assert "seeds 3, 4 were added" in second_look([0, 3, 4], "Table II")   # seed 1 or 2 missing: still a second look
-    assert second_look([2, 0, 4, 1, 3], "Table II").startswith("; seeds 3, 4 were added to Table II after the "
+    assert "seeds 3 and 4 were added" in second_look([0, 3, 4], "Table II")   # seed 1 or 2 missing: a second look
+    assert "; seed 3 was added to Table II after" in second_look([0, 1, 2, 3], "Table II")
+    assert second_look([2, 0, 4, 1, 3], "Table II").startswith("; seeds 3 and 4 were added to Table II after the "
                                                                "verdicts of the first 3 seeds came out inconclusive")
 
 

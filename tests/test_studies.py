@@ -304,7 +304,7 @@ def test_pfedcspc_decides_table_iis_claims_as_soon_as_table_ii_is_complete(tmp_p
     assert claims[0].verdict.outcome == "holds" and claims[0].verdict.mean == pytest.approx(1.0)
     assert claims[1].verdict.mean == pytest.approx(0.0, abs=1e-9)
     assert "Table III, Tables IV-V, Tables VI-VII not complete yet: their claims wait" in note
-    assert "seeds 3, 4 were added to Table II after" in note   # the seeds added after the first look, where recorded
+    assert "seeds 3 and 4 were added to Table II after" in note   # the seeds added after the first look, where recorded
 
 
 def test_fedgpa_reads_its_claims_from_committed_records_of_complete_settings(tmp_path, monkeypatch):
@@ -513,7 +513,7 @@ def test_fedmate_reads_its_claims_from_committed_records_once_table1_is_complete
     first = claims[0].verdict
     assert claims[0].claim.startswith("FedMate generalizes best") and first.outcome == "holds" and first.n == 3
     assert any(c.claim.startswith("FedMate adapts best to local data") for c in claims)
-    assert "Table 2 seeds [0, 1, 2, 3, 4]; seeds 3, 4 were added to Table 2" in note   # its second look, stated
+    assert "Table 2 seeds [0, 1, 2, 3, 4]; seeds 3 and 4 were added to Table 2" in note   # its second look, stated
     table2_cell = next(iter(fedmate.table2_grid("reference").values()))
     (tmp_path / "fedmate" / f"{table2_cell[0].key()}.json").unlink()   # seed 0 of one cell: the rest decide
     claims, note = fedmate.recorded_claims("reference")
@@ -547,7 +547,8 @@ def test_pfedcspc_reads_its_claims_from_committed_records_once_its_tables_are_co
         results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
                        "history": rows, "final": rows[-1]}, "pfedcspc", tmp_path)
     claims, note = pfedcspc.recorded_claims("reference")
-    assert "seeds [0, 1, 2, 3, 4]; seeds 3, 4 were added to Table II, Table III, Tables IV-V and Tables VI-VII" in note
+    assert ("seeds [0, 1, 2, 3, 4]; seeds 3 and 4 were added to Table II, Table III, Tables IV-V and Tables VI-VII"
+            in note)
     headline = claims[0].verdict
     assert headline.n == 5 and headline.outcome == "holds" and headline.mean == pytest.approx(3.0)
     fewest = next(c for c in claims if c.claim.startswith("pFedCSPC reaches the target accuracy in the fewest"))
