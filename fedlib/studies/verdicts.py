@@ -39,8 +39,8 @@ def second_look(seeds: list[int], tables: str) -> str:
     added = sorted(s for s in seeds if s >= DECIDING_SEEDS)
     if not added:
         return ""
-    seeds = f"seeds {listed(map(str, added))} were" if len(added) > 1 else f"seed {added[0]} was"
-    return (f"; {seeds} added to {tables} after the verdicts of the first "
+    which = f"seeds {listed(map(str, added))} were" if len(added) > 1 else f"seed {added[0]} was"
+    return (f"; {which} added to {tables} after the verdicts of the first "
             f"{DECIDING_SEEDS} seeds came out inconclusive: a second look at the data, so the 95% intervals are a "
             "little optimistic")
 
