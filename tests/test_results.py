@@ -149,6 +149,13 @@ def test_seeds_added_after_the_first_three_are_disclosed_as_a_second_look():
                                                                "verdicts of the first 3 seeds came out inconclusive")
 
 
+def test_the_seeds_of_a_table_are_read_from_its_records():
+    from fedlib.studies.grid import seeds_of
+
+    assert seeds_of({"a": [{"seed": 2}, {"seed": 0}], "b": [{"seed": "1"}, {"seed": 0}]}) == [0, 1, 2]
+    assert seeds_of(None) == [] and seeds_of({}) == []   # a table not complete yet has none
+
+
 def test_tables_are_listed_as_a_sentence():
     from fedlib.studies.verdicts import listed
 

@@ -12,6 +12,7 @@ from fedlib.studies.grid import (
                                  recording_order,
                                  run_all,
                                  run_grid,
+                                 seeds_of,
                                  set_runtime,
                                  stored_grid,
                                  with_diverged,
@@ -39,7 +40,7 @@ from fedlib.studies.verdicts import Claim, best_evidence_html, verdict_html
 
 __all__ = [
     "RUNTIME", "set_runtime", "complete_runs", "default_workers", "run_all", "run_grid", "nested", "with_seeds",
-    "stored_grid", "with_diverged",
+    "stored_grid", "with_diverged", "seeds_of",
     "recording_order", "record_grid", "convergence_grid", "convergence_gap", "DEADLINE_GRACE_S", "method_labels",
     "mean_std", "fmt", "provenance", "records_in",
     "provenance_line", "ResultsTable", "show_table", "report_stored", "Claim", "verdict_html", "best_evidence_html",

@@ -559,7 +559,7 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     """The claims' verdicts from the committed records at ``scale`` (reference or paper): the comparison over the
     settings whose every cell has a current record, the ablation and the mu sweep where complete. Returns
     (claims, what they were computed on), or None where no setting is complete."""
-    from fedlib.studies.common import stored_grid
+    from fedlib.studies.common import seeds_of, stored_grid
     from fedlib.studies.verdicts import second_look
 
     grids = tables(scale)
@@ -574,7 +574,7 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     claims = verdicts(runs, done, [20, 80], METHODS,
                       ablation={k: c["records"] for k, c in abl.items()} if complete(abl) else None,
                       mu_runs={k: c["records"] for k, c in mu.items()} if complete(mu) else None)
-    seeds = sorted({int(r["seed"]) for recs in runs.values() for r in recs})
+    seeds = seeds_of(runs)
     abl_seeds = sorted(set.intersection(*({int(r["seed"]) for r in c["records"]} for c in abl.values())))
     sc = SCALES[scale]
     return claims, (f"{scale} scale, committed records: {sc['rounds']} rounds, E = {sc['local_epochs']}, full n; "

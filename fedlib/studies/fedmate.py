@@ -442,7 +442,7 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     """The claims' verdicts from the committed records at ``scale`` (reference or paper) once Table 1 (methods and
     ablation rows) has every seed of every cell; Table 2, Fig. 5 and the CFT comparison join as each completes.
     Returns (claims, what they were computed on), or None while Table 1 is incomplete."""
-    from fedlib.studies.common import complete_runs, nested
+    from fedlib.studies.common import complete_runs, nested, seeds_of
     from fedlib.studies.verdicts import second_look
 
     grids = tables(scale)
@@ -453,9 +453,9 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     sc = SCALES[scale]
     claims = verdicts(nested(table1), nested(parts["table2"]) if parts["table2"] else {}, parts["repeat"],
                       parts["communication"], sc["table1_cells"])
-    seeds = sorted({int(r["seed"]) for recs in table1.values() for r in recs})
+    seeds = seeds_of(table1)
     missing = [name for name, found in parts.items() if found is None]
-    table2_seeds = sorted({int(r["seed"]) for recs in (parts["table2"] or {}).values() for r in recs})
+    table2_seeds = seeds_of(parts["table2"])
     return claims, (f"{scale} scale, committed records: {sc['clients']} clients of {sc['n']} samples, "
                     f"{sc['rounds']} rounds, seeds {seeds}" + (f"; not yet complete: {', '.join(missing)}"
                                                               if missing else "")

@@ -587,7 +587,7 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     """The claims' verdicts from the committed records at ``scale`` (reference or paper) once the comparison has
     every seed of every cell; Table VII, the ablation and the beta sweep join as each completes. Returns (claims,
     what they were computed on), or None while the comparison is incomplete."""
-    from fedlib.studies.common import complete_runs
+    from fedlib.studies.common import complete_runs, seeds_of
     from fedlib.studies.verdicts import second_look
 
     grids = tables(scale)
@@ -597,7 +597,7 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     parts = {name: complete_runs("fedprp", grids[name]) for name in ("late_clients", "ablation", "beta")}
     claims = chapter_verdicts(runs, parts["ablation"], parts["late_clients"], parts["beta"], scale)
     sc = SCALES[scale]
-    seeds = sorted({int(r["seed"]) for recs in runs.values() for r in recs})
+    seeds = seeds_of(runs)
     missing = [name for name, found in parts.items() if found is None]
     return claims, (f"{scale} scale, committed records: {sc['datasets'][0].upper()}-LT, gamma = {sc['gammas'][0]}, "
                     f"{sc['rounds']} rounds, seeds {seeds}"

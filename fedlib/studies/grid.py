@@ -192,6 +192,11 @@ def with_diverged(stored: dict) -> dict:
             for cell, c in stored.items()}
 
 
+def seeds_of(runs: dict | None) -> list[int]:
+    """The seeds of runs {cell: records}, sorted (none for None: a table not complete yet)."""
+    return sorted({int(r["seed"]) for records in (runs or {}).values() for r in records})
+
+
 def complete_runs(chapter: str, grid: dict, root=None) -> dict | None:
     """{cell: committed records} of ``grid`` when every cell has a current record for each of its configs (every
     seed), else None: a table decides its claims only when complete. A table whose seeds were raised after it was

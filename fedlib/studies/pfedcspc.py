@@ -691,7 +691,7 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     once it has every seed of every cell, then Table III's, the ablations' (IV-V) and Table VI's with VII's (which
     reads their curves) as each is complete. Returns (claims, what they were computed on), or None before Table II
     is complete."""
-    from fedlib.studies.common import complete_runs, nested
+    from fedlib.studies.common import complete_runs, nested, seeds_of
     from fedlib.studies.verdicts import DECIDING_SEEDS, listed, second_look
 
     grids = tables(scale)
@@ -705,8 +705,7 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     ablation = ablations(t2, scale, runs=found["ablations"]) if found["ablations"] is not None else None
     t6 = table6(t2, scale, runs=found["table6"])[1] if found["table6"] is not None else None
     t7, t7_records = table7(t2, t6, scale)[1::3] if t6 is not None else (None, None)
-    seeds = {TABLE_NAMES[name]: sorted({int(r["seed"]) for recs in runs.values() for r in recs})
-             for name, runs in found.items() if runs is not None}
+    seeds = {TABLE_NAMES[name]: seeds_of(runs) for name, runs in found.items() if runs is not None}
     said = (f"seeds {next(iter(seeds.values()))}" if len({str(s) for s in seeds.values()}) == 1 else
             "seeds " + ", ".join(f"{s} ({table})" for table, s in seeds.items()))
     waiting = [TABLE_NAMES[name] for name, runs in found.items() if runs is None]
