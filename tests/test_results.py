@@ -149,11 +149,16 @@ def test_seeds_added_after_the_first_three_are_disclosed_as_a_second_look():
                                                                "verdicts of the first 3 seeds came out inconclusive")
 
 
-def test_the_seeds_of_a_table_are_read_from_its_records():
-    from fedlib.studies.grid import seeds_of
+def test_the_seeds_of_a_table_are_the_seeds_every_cell_has():
+    from fedlib.studies.grid import partial_seeds, seeds_of
 
-    assert seeds_of({"a": [{"seed": 2}, {"seed": 0}], "b": [{"seed": "1"}, {"seed": 0}]}) == [0, 1, 2]
+    assert seeds_of({"a": [{"seed": 2}, {"seed": 0}, {"seed": 1}], "b": [{"seed": "1"}, {"seed": 0}]}) == [0, 1]
+    assert seeds_of({"a": [{"seed": 0}], "b": [{"seed": 1}]}) == []          # no seed is paired
     assert seeds_of(None) == [] and seeds_of({}) == []   # a table not complete yet has none
+    # a seed recorded in part is named with its count, for the text beside the verdicts (it decides nothing yet)
+    runs = {"a": [{"seed": 0}, {"seed": 1}, {"seed": 2}], "b": [{"seed": 0}, {"seed": 1}], "c": [{"seed": 0}]}
+    assert partial_seeds(runs) == "seed 1 in 2 of 3 cells, seed 2 in 1 of 3 cells"
+    assert partial_seeds({"a": [{"seed": 0}], "b": [{"seed": 0}]}) == "" and partial_seeds(None) == ""
 
 
 def test_tables_are_listed_as_a_sentence():

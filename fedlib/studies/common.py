@@ -8,6 +8,7 @@ from fedlib.studies.grid import (
                                  convergence_grid,
                                  default_workers,
                                  nested,
+                                 partial_seeds,
                                  record_grid,
                                  recording_order,
                                  run_all,
@@ -40,7 +41,7 @@ from fedlib.studies.verdicts import Claim, best_evidence_html, verdict_html
 
 __all__ = [
     "RUNTIME", "set_runtime", "complete_runs", "default_workers", "run_all", "run_grid", "nested", "with_seeds",
-    "stored_grid", "with_diverged", "seeds_of",
+    "stored_grid", "with_diverged", "seeds_of", "partial_seeds",
     "recording_order", "record_grid", "convergence_grid", "convergence_gap", "DEADLINE_GRACE_S", "method_labels",
     "mean_std", "fmt", "provenance", "records_in",
     "provenance_line", "ResultsTable", "show_table", "report_stored", "Claim", "verdict_html", "best_evidence_html",

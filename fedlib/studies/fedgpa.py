@@ -559,7 +559,7 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     """The claims' verdicts from the committed records at ``scale`` (reference or paper): the comparison over the
     settings whose every cell has a current record, the ablation and the mu sweep where complete. Returns
     (claims, what they were computed on), or None where no setting is complete."""
-    from fedlib.studies.common import seeds_of, stored_grid
+    from fedlib.studies.common import partial_seeds, seeds_of, stored_grid
     from fedlib.studies.verdicts import second_look
 
     grids = tables(scale)
@@ -574,11 +574,13 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     claims = verdicts(runs, done, [20, 80], METHODS,
                       ablation={k: c["records"] for k, c in abl.items()} if complete(abl) else None,
                       mu_runs={k: c["records"] for k, c in mu.items()} if complete(mu) else None)
-    seeds = seeds_of(runs)
-    abl_seeds = sorted(set.intersection(*({int(r["seed"]) for r in c["records"]} for c in abl.values())))
+    seeds, partly = seeds_of(runs), partial_seeds(runs)
+    abl_seeds = seeds_of({k: c["records"] for k, c in abl.items()})
     sc = SCALES[scale]
     return claims, (f"{scale} scale, committed records: {sc['rounds']} rounds, E = {sc['local_epochs']}, full n; "
-                    f"Settings {done}, seeds {seeds}" + ("" if complete(abl) else "; ablation not yet recorded")
+                    f"Settings {done}, seeds {seeds}" + (f" (recorded in part, not read yet: {partly})"
+                                                         if partly else "")
+                    + ("" if complete(abl) else "; ablation not yet recorded")
                     + ("" if complete(mu) else "; mu sweep not yet recorded")
                     + (f"; ablation seeds {abl_seeds}" + second_look(abl_seeds, "the ablation")
                        if complete(abl) and abl_seeds != seeds else ""))

@@ -193,8 +193,19 @@ def with_diverged(stored: dict) -> dict:
 
 
 def seeds_of(runs: dict | None) -> list[int]:
-    """The seeds of runs {cell: records}, sorted (none for None: a table not complete yet)."""
-    return sorted({int(r["seed"]) for records in (runs or {}).values() for r in records})
+    """The seeds every cell of runs {cell: records} has, sorted: the seeds a table's paired margins read (none for
+    None: a table not complete yet)."""
+    recorded = [{int(r["seed"]) for r in records} for records in (runs or {}).values()]
+    return sorted(set.intersection(*recorded)) if recorded else []
+
+
+def partial_seeds(runs: dict | None) -> str:
+    """The seeds some cells of runs {cell: records} have and others lack, in words ("seed 1 in 9 of 20 cells"),
+    or "": runs recorded beside a table's paired seeds, which no margin reads yet."""
+    cells = [{int(r["seed"]) for r in records} for records in (runs or {}).values()]
+    paired = set(seeds_of(runs))
+    extra = sorted(set().union(*cells) - paired) if cells else []
+    return ", ".join(f"seed {seed} in {sum(seed in c for c in cells)} of {len(cells)} cells" for seed in extra)
 
 
 def complete_runs(chapter: str, grid: dict, root=None) -> dict | None:
