@@ -797,3 +797,22 @@ def test_fedpcls_reading_prose_states_what_the_committed_records_and_the_paper_s
         assert float(over_fedavg.split(",")[0]) > 0
         lo, hi = (float(v) for v in over_best.split(","))
         assert lo <= 0 <= hi
+
+
+def test_fedgpa_ablation_from_committed_records(tmp_path, monkeypatch):
+    """Table 3 at a recorded scale reads the committed records (made up: each module adds one point on seeds 0-2):
+    every row's mean and spread over its seeds, beside the paper's; nothing until every row has a record."""
+    from fedlib import results
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    assert fedgpa.recorded_ablation("paper") == ([], [])
+    for step, configs in enumerate(fedgpa.ablation_grid("paper").values()):
+        for cfg in configs:
+            row = {"round": cfg.rounds, "personal_local_acc": 0.86 + 0.01 * step + 0.002 * cfg.seed}
+            results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "paper",
+                           "history": [row], "final": row}, "fedgpa", tmp_path)
+    rows, records = fedgpa.recorded_ablation("paper")
+    assert len(records) == 12 and [r["modules"] for r in rows] == list(fedgpa.ABLATION)
+    spread = 100 * np.std([0.0, 0.002, 0.004])
+    assert rows[0]["ours (paper)"].startswith(f"86.20 ± {spread:.2f}") and rows[3]["ours (paper)"].startswith("89.20")
+    assert [r["paper (FMNIST)"] for r in rows] == [v[1] for v in fedgpa.ABLATION.values()]

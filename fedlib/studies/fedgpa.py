@@ -394,6 +394,17 @@ def ablation_rows(runs: dict, scale: str) -> list[dict]:
              "paper (FMNIST)": ABLATION[name][1]} for name, recs in runs.items()]
 
 
+def recorded_ablation(scale: str) -> tuple[list[dict], list[dict]]:
+    """Table 3 from the committed records at ``scale`` (reference or paper): (rows beside the paper's, the records
+    they read), both empty until every row has a record; a row's mean is over the seeds it has."""
+    from fedlib.studies.common import stored_grid
+
+    runs = {name: cell["records"] for name, cell in stored_grid("fedgpa", ablation_grid(scale)).items()}
+    if not all(runs.values()):
+        return [], []
+    return ablation_rows(runs, scale), [r for records in runs.values() for r in records]
+
+
 HYPER_REASONS: dict[str, str] = {}
 
 
