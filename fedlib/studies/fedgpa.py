@@ -582,11 +582,11 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     abl = stored_grid("fedgpa", grids["ablation"])
     mu = stored_grid("fedgpa", grids["mu_sweep"])
     complete = lambda cells: all(c["records"] for c in cells.values())  # noqa: E731
-    claims = verdicts(runs, done, [20, 80], METHODS,
-                      ablation={k: c["records"] for k, c in abl.items()} if complete(abl) else None,
+    abl_runs = {k: c["records"] for k, c in abl.items()}
+    claims = verdicts(runs, done, [20, 80], METHODS, ablation=abl_runs if complete(abl) else None,
                       mu_runs={k: c["records"] for k, c in mu.items()} if complete(mu) else None)
     seeds, partly = seeds_of(runs), partial_seeds(runs)
-    abl_seeds = seeds_of({k: c["records"] for k, c in abl.items()})
+    abl_seeds = seeds_of(abl_runs)
     sc = SCALES[scale]
     return claims, (f"{scale} scale, committed records: {sc['rounds']} rounds, E = {sc['local_epochs']}, full n; "
                     f"Settings {done}, seeds {seeds}" + (f" (recorded in part, not read yet: {partly})"
