@@ -13,7 +13,6 @@ never overwrites a committed one, and replays the first new record's first two r
 import argparse
 import json
 import lzma
-import subprocess
 import sys
 import tarfile
 from pathlib import Path
@@ -25,13 +24,15 @@ DATA_FOLDERS = {"fmnist": "fashion-mnist", "mnist": "mnist"}
 
 
 def code_version() -> str:
-    """The commit fedlib's files are at; refused while they differ from it (a record must name its code)."""
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    """The commit fedlib's files are at (what every record names, ``experiment.records.code_version``); refused
+    while they differ from it or no commit is known (a record must name its code)."""
+    from fedlib.experiment.records import code_version as named
 
-    if git("status", "--porcelain", "--", "fedlib"):
-        raise SystemExit("error: fedlib/ has uncommitted changes: commit them first, so the records name their code")
-    return git("rev-parse", "--short", "HEAD")
+    version = named()
+    commit = version[version.index("(") + 1:-1] if "(" in version else ""
+    if not commit or commit.endswith("+changes"):
+        raise SystemExit(f"error: the records would name '{version}': commit fedlib/ first, so they name their code")
+    return commit
 
 
 def pack(datasets: list[str], bundle: Path = BUNDLE, version: str | None = None) -> int:

@@ -16,12 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "deploy"))
 import device  # noqa: E402
-
-
-def idx(array: np.ndarray) -> bytes:
-    """An IDX file of unsigned bytes (the MNIST format)."""
-    header = bytes([0, 0, 8, array.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
-    return header + array.astype(np.uint8).tobytes()
+from test_data import write_idx  # noqa: E402  (the IDX writer the data tests use)
 
 
 @pytest.fixture
@@ -30,15 +25,15 @@ def small_fmnist(tmp_path, monkeypatch):
     rng = np.random.default_rng(0)
     folder = tmp_path / "data" / "fashion-mnist"
     folder.mkdir(parents=True)
-    files = {"train-images-idx3-ubyte": idx(rng.integers(0, 256, (8, 28, 28))),
-             "train-labels-idx1-ubyte": idx(rng.integers(0, 10, 8)),
-             "t10k-images-idx3-ubyte": idx(rng.integers(0, 256, (4, 28, 28))),
-             "t10k-labels-idx1-ubyte": idx(rng.integers(0, 10, 4))}
-    for i, (stem, raw) in enumerate(files.items()):
-        if i % 2:
-            (folder / f"{stem}.gz").write_bytes(gzip.compress(raw))
-        else:
-            (folder / stem).write_bytes(raw)
+    arrays = {"train-images-idx3-ubyte": rng.integers(0, 256, (8, 28, 28)),
+              "train-labels-idx1-ubyte": rng.integers(0, 10, 8),
+              "t10k-images-idx3-ubyte": rng.integers(0, 256, (4, 28, 28)),
+              "t10k-labels-idx1-ubyte": rng.integers(0, 10, 4)}
+    files = {}
+    for i, (stem, array) in enumerate(arrays.items()):
+        path = folder / (f"{stem}.gz" if i % 2 else stem)
+        write_idx(path, array, gz=bool(i % 2))
+        files[stem] = gzip.decompress(path.read_bytes()) if i % 2 else path.read_bytes()
     monkeypatch.setenv("FEDLIB_DATA", str(tmp_path / "data"))
     return files
 
