@@ -113,6 +113,28 @@ def test_one_paper_scale_seed_does_not_outrank_three_reference_scale_seeds():
         "reference"
 
 
+def test_a_check_of_part_of_a_claims_grid_never_outranks_a_check_of_all_of_it():
+    """Paper scale with Setting 1 of Settings 1-3 recorded: the reference scale's whole check decides, the partial
+    one is shown beside it with its scope, and a decided verdict the other way is named a disagreement; with no
+    whole check at a recorded scale the partial one decides, its scope shown with our numbers."""
+    from fedlib.studies.verdicts import best_evidence, best_evidence_html
+
+    reference = [Claim("a", "p", "o ref", False, margins={0: -3.3, 1: -2.9, 2: -3.8})]
+    paper = [Claim("a", "p", "o paper", True, margins={0: 0.6, 1: 0.4, 2: 0.7},
+                   partial="Setting 1 of Settings 1-3")]
+    ((scale, claim, others),) = best_evidence({"reference": reference, "paper": paper})
+    assert scale == "reference" and claim.verdict.outcome == "does not hold" and list(others) == ["paper"]
+    box = best_evidence_html({"reference": reference, "paper": paper}, {"reference": "R = 10", "paper": "150"})
+    assert "paper (checked on Setting 1 of Settings 1-3 only): holds at 3 seeds" in box
+    assert "the paper scale decides the opposite: the scales disagree" in box
+    ((scale, claim, _),) = best_evidence({"reference": [Claim("a", "p", "o", True, margins={0: 1.0})],
+                                          "paper": paper})
+    assert scale == "paper" and claim.partial
+    alone = best_evidence_html({"paper": paper}, {"paper": "150"})
+    assert "o paper<br><em>checked on Setting 1 of Settings 1-3 only</em>" in alone
+    assert "disagree" not in alone
+
+
 def test_a_hypothesis_of_the_book_is_shown_and_tested_but_never_counted_as_a_claim_of_the_paper():
     from fedlib.studies.verdicts import best_evidence_html, verdict_html
 

@@ -6,6 +6,8 @@ mean over clients, 3 runs).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from fedlib.data.partition import fedgpa_setting
@@ -283,12 +285,13 @@ def gap_note(method: str, records: list[dict]) -> str:
 
 def complete_settings(stored: dict, s_values=(20, 80)) -> list[int]:
     """Settings whose every (method, s) cell has at least one current paper-scale record."""
-    return [st for st in (1, 2, 3) if all(stored[(m, st, s)]["records"] for m in METHODS for s in s_values)]
+    return [st for st in SETTINGS if all(stored[(m, st, s)]["records"] for m in METHODS for s in s_values)]
 
 
 # ---------------------------------------------------------------------- the chapter's tables and figures
 LOCAL_TEST = local("each client's local test set (test images drawn with the client's own label mix)")
 TABLE_OF_SETTING = {1: 2, 2: 4, 3: 5}   # the paper's table for each setting (FMNIST columns)
+SETTINGS = tuple(TABLE_OF_SETTING)      # Settings 1-3 of Section 5.1.2
 
 
 def comparison_grid(settings, s_values, methods, scale: str) -> dict:
@@ -566,6 +569,16 @@ NOT_OFFLINE = [
 ]
 
 
+def comparison_part(claim: str, done) -> str:
+    """The part of a comparison claim's grid (Settings 1-3) that the complete ``done`` settings cover, where not
+    all of it ('' otherwise, and for the claims other tables decide)."""
+    compared = any(claim.startswith(text) for text, table, _ in CLAIM_TABLES if table == "comparison")
+    if not compared or set(done) == set(SETTINGS):
+        return ""
+    return (f"Setting{'s' if len(done) > 1 else ''} {', '.join(map(str, sorted(done)))} of Settings "
+            f"{min(SETTINGS)}-{max(SETTINGS)}")
+
+
 def recorded_claims(scale: str) -> tuple[list, str] | None:
     """The claims' verdicts from the committed records at ``scale`` (reference or paper): the comparison over the
     settings whose every cell has a current record, the ablation and the mu sweep where complete. Returns
@@ -585,6 +598,8 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     abl_runs = {k: c["records"] for k, c in abl.items()}
     claims = verdicts(runs, done, [20, 80], METHODS, ablation=abl_runs if complete(abl) else None,
                       mu_runs={k: c["records"] for k, c in mu.items()} if complete(mu) else None)
+    claims = [dataclasses.replace(c, partial=part) if (part := comparison_part(c.claim, done)) else c
+              for c in claims]
     seeds, partly = seeds_of(runs), partial_seeds(runs)
     abl_seeds = seeds_of(abl_runs)
     sc = SCALES[scale]
@@ -597,21 +612,29 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
                        if complete(abl) and abl_seeds != seeds else ""))
 
 
-def margin_stability(stored: dict, rounds=(10, 20, 30, 50, 100, 150)) -> tuple[list[dict], list[int], list[str]]:
-    """Each claim's margin (points, seed 0) when the committed paper-scale records are cut at round R: whether a
-    shorter budget gives the verdict the paper's budget gives. Read over the settings where at least one of
-    FedGPA's rivals has a current seed-0 record in every cell, and the methods that do. Returns (rows, settings,
-    methods)."""
+def margin_stability(stored: dict, rounds=(10, 20, 30, 50, 100, 150)) -> tuple[list[dict], list[int], list[str],
+                                                                              list[int]]:
+    """Each claim's margin (points, mean over seeds) when the committed paper-scale records are cut at round R, and
+    its verdict at the first and last R: whether a shorter budget gives the verdict the paper's budget gives, on the
+    same runs (a reference-scale run is the first rounds of the paper-scale run of its seed). Read over the complete
+    settings (every method), else the settings where FedGPA has a current seed-0 record in every cell and the
+    methods that do too; and over the seeds every read cell has. Returns (rows, settings, methods, seeds)."""
     import copy
 
-    def seed0(cell):
-        return [r for r in stored[cell]["records"] if int(r["seed"]) == 0]
+    from fedlib.studies.common import seeds_of
+    from fedlib.studies.verdicts import verdict_of
 
-    settings = [st for st in (1, 2, 3) if all(seed0(("fedgpa", st, s)) for s in (20, 80))]
-    methods = [m for m in METHODS if all(seed0((m, st, s)) for st in settings for s in (20, 80))]
+    def has_seed0(cell):
+        return any(int(r["seed"]) == 0 for r in stored[cell]["records"])
+
+    settings = complete_settings(stored) or [st for st in SETTINGS
+                                             if all(has_seed0(("fedgpa", st, s)) for s in (20, 80))]
+    methods = [m for m in METHODS if all(has_seed0((m, st, s)) for st in settings for s in (20, 80))]
     if not settings or len(methods) < 2:
-        return [], settings, methods
-    paper_runs = {(m, st, s): seed0((m, st, s)) for m in methods for st in settings for s in (20, 80)}
+        return [], settings, methods, []
+    seeds = seeds_of({(m, st, s): stored[(m, st, s)]["records"] for m in methods for st in settings for s in (20, 80)})
+    paper_runs = {(m, st, s): [r for r in stored[(m, st, s)]["records"] if int(r["seed"]) in seeds]
+                  for m in methods for st in settings for s in (20, 80)}
 
     def cut(record, R):
         out = copy.deepcopy(record)
@@ -619,13 +642,19 @@ def margin_stability(stored: dict, rounds=(10, 20, 30, 50, 100, 150)) -> tuple[l
         out["final"] = out["history"][-1]
         return out
 
+    def short(v):   # the outcome and its interval, to fit a table cell
+        return v.outcome + (f" [{v.interval[0]:+.2f}, {v.interval[1]:+.2f}]" if v.interval else "")
+
     table: dict[str, dict] = {}
     for R in rounds:
         runs = {k: [cut(r, R) for r in recs] for k, recs in paper_runs.items()}
         for c in verdicts(runs, settings, (20, 80), methods):
             if c.margins:
-                table.setdefault(c.claim, {"claim": c.claim})[f"margin at round {R}"] = round(c.margins[0], 2)
-    return list(table.values()), settings, methods
+                row = table.setdefault(c.claim, {"claim": c.claim})
+                row[f"margin at round {R}"] = round(float(np.mean(list(c.margins.values()))), 2)
+                if R in (min(rounds), max(rounds)):
+                    row[f"verdict at round {R}"] = short(verdict_of(c.margins))
+    return list(table.values()), settings, methods, seeds
 
 
 CONVERGENCE = ("fedgpa", "fedpac")   # the paper's method and its main baseline, run 3x longer at reference scale
@@ -637,7 +666,7 @@ def tables(scale: str) -> dict:
     records fedgpa [--scale reference]``): Tables 2/4/5, the Table 3 ablation, the mu sweep of Fig. 3; at
     reference scale also FedGPA and FedPAC at 3x the rounds (Setting 1, s = 20, seed 0): the convergence check.
     ``headline`` is Table 2 alone (part of the comparison, so it adds no fp32 run)."""
-    out = {"comparison": comparison_grid((1, 2, 3), (20, 80), METHODS, scale), "ablation": ablation_grid(scale),
+    out = {"comparison": comparison_grid(SETTINGS, (20, 80), METHODS, scale), "ablation": ablation_grid(scale),
            "mu_sweep": mu_sweep_grid((20, 80), scale),
            # Table 2 (Setting 1) alone, inside the comparison: the table a precision check records again
            # (records fedgpa --scale reference --precision bf16 --tables headline)
@@ -719,7 +748,7 @@ def plot_paper_scale(stored: dict):
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5.2, 4.6))
-    for (st, s), marker in zip([(st, s) for st in (1, 2, 3) for s in (20, 80)], "os^vD<"):
+    for (st, s), marker in zip([(st, s) for st in SETTINGS for s in (20, 80)], "os^vD<"):
         pts = [(PAPER[st][m][0 if s == 20 else 1], 100 * mean_std(stored[(m, st, s)]["records"])[0])
                for m in METHODS if stored[(m, st, s)]["records"]]
         if pts:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fedlib.studies.common import load_summaries
 from fedlib.studies.registry import chapters
-from fedlib.studies.verdicts import Claim
+from fedlib.studies.verdicts import Claim, scope_text
 
 
 def titles() -> dict[str, str]:
@@ -105,7 +105,7 @@ def claims_table(summary: dict):
             {
                 "claim": c.claim,
                 "paper": c.paper,
-                "ours": c.ours + (f" ({c.note})" if c.note else ""),
+                "ours": c.ours + "".join(f" ({t})" for t in (c.note, scope_text(c)) if t),
                 "verdict": c.verdict.text() if c.margins is not None or c.holds is None else
                 f"inconclusive (point verdict on the means: {'holds' if c.holds else 'does not hold'}; "
                 "no per-seed margin)",

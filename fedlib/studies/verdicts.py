@@ -133,6 +133,8 @@ class Claim:
     margins: dict | None = None    # {seed: margin in points}, positive where the claim holds on that seed
     hypothesis: bool = False       # the book's own hypothesis (e.g. about a protocol), not a claim of the paper:
                                    # shown and tested like a claim, never counted among the paper's claims
+    partial: str = ""              # the part of the claim's grid the margins cover, where not all of it (e.g.
+                                   # "Setting 1 of Settings 1-3"): a partial check never outranks a whole one
 
     @property
     def verdict(self) -> Verdict:
@@ -157,6 +159,15 @@ def _claim_cell(c: Claim) -> str:
     return html.escape(c.claim) + tag
 
 
+def _ours_cell(c: Claim) -> str:
+    return html.escape(c.ours) + "".join(f"<br><em>{html.escape(t)}</em>" for t in (c.note, scope_text(c)) if t)
+
+
+def scope_text(c: Claim) -> str:
+    """What part of the claim's grid a partial check covers ('' for a whole check)."""
+    return f"checked on {c.partial} only" if c.partial else ""
+
+
 def verdict_html(claims: list[Claim], scale_note: str) -> str:
     """The verdict box closing a chapter: each claim with the numbers and its verdict under the rule
     (per-seed margins, 95% interval over seeds)."""
@@ -167,8 +178,7 @@ def verdict_html(claims: list[Claim], scale_note: str) -> str:
         detail = v.text() if c.margins is not None or v.outcome == "not checked" else \
             f"point verdict on the means: {'holds' if c.holds else 'does not hold'} (no per-seed margin)"
         rows.append(
-            f"<tr><td>{_claim_cell(c)}</td><td>{html.escape(c.paper)}</td><td>{html.escape(c.ours)}"
-            f"{'<br><em>' + html.escape(c.note) + '</em>' if c.note else ''}</td>"
+            f"<tr><td>{_claim_cell(c)}</td><td>{html.escape(c.paper)}</td><td>{_ours_cell(c)}</td>"
             f"<td class='verdict-{css[v.outcome]}'>{html.escape(v.outcome)}<br><small>{html.escape(detail)}</small>"
             f"</td></tr>")
     papers = [c for c in claims if not c.hypothesis]
@@ -189,8 +199,10 @@ RECORDED = ("paper", "reference")   # the scales that test a paper's claim (comm
 def best_evidence(by_scale: dict[str, list[Claim]]) -> list[tuple[str, Claim, dict[str, Claim]]]:
     """Per claim (matched by its text), the scale that decides it: the highest recorded scale (paper, then
     reference) whose verdict has an interval (two seeds or more: a one-seed verdict is inconclusive whatever its
-    margin, so one paper-scale seed does not outrank three reference-scale seeds), else the highest scale where
-    the claim was checked (book last); returns (that scale, its claim, {other scale: claim})."""
+    margin, so one paper-scale seed does not outrank three reference-scale seeds) and that checked the whole claim
+    (a check of part of its grid, ``Claim.partial``, decides only where no recorded scale checked all of it), else
+    the highest scale where the claim was checked (book last); returns (that scale, its claim, {other scale:
+    claim})."""
     from fedlib.experiment import SCALES
 
     order = [s for s in reversed(SCALES) if by_scale.get(s)]
@@ -202,7 +214,8 @@ def best_evidence(by_scale: dict[str, list[Claim]]) -> list[tuple[str, Claim, di
         found = {s: c for s in order for c in by_scale[s] if c.claim == text}
         checked = [s for s in found if found[s].verdict.outcome != "not checked"]
         with_interval = [s for s in checked if s in RECORDED and found[s].verdict.interval is not None]
-        best = (with_interval or checked or list(found))[0]
+        whole = [s for s in with_interval if not found[s].partial]
+        best = (whole or with_interval or checked or list(found))[0]
         out.append((best, found[best], {s: c for s, c in found.items() if s != best}))
     return out
 
@@ -222,10 +235,14 @@ def best_evidence_html(by_scale: dict[str, list[Claim]], notes: dict[str, str]) 
             decided_at.append((scale, v.outcome))
         detail = v.text() if c.margins is not None or v.outcome == "not checked" else \
             f"point verdict on the means: {'holds' if c.holds else 'does not hold'} (no per-seed margin)"
-        beside = "<br>".join(f"{html.escape(s)}: {html.escape(o.verdict.text())}" for s, o in others.items()) or "-"
+        opposite = [s for s, o in others.items() if s in RECORDED and o.verdict.interval is not None
+                    and {o.verdict.outcome, v.outcome} == {"holds", "does not hold"}]
+        if opposite:   # a partial check at a higher scale, or a lower scale, decides the other way
+            detail += f"; the {' and '.join(opposite)} scale decides the opposite: the scales disagree"
+        beside = "<br>".join(f"{html.escape(s)}{f' ({html.escape(scope_text(o))})' if o.partial else ''}: "
+                             f"{html.escape(o.verdict.text())}" for s, o in others.items()) or "-"
         rows.append(
-            f"<tr><td>{_claim_cell(c)}</td><td>{html.escape(c.paper)}</td><td>{html.escape(c.ours)}"
-            f"{'<br><em>' + html.escape(c.note) + '</em>' if c.note else ''}</td>"
+            f"<tr><td>{_claim_cell(c)}</td><td>{html.escape(c.paper)}</td><td>{_ours_cell(c)}</td>"
             f"<td class='verdict-{css[v.outcome]}'>{html.escape(v.outcome)} <small>({html.escape(scale)} scale)</small>"
             f"<br><small>{html.escape(detail)}</small></td><td><small>{beside}</small></td></tr>")
     counts = "; ".join(
