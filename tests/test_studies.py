@@ -313,7 +313,8 @@ def test_pfedcspc_decides_table_iis_claims_as_soon_as_table_ii_is_complete(tmp_p
 def test_fedgpa_reads_its_claims_from_committed_records_of_complete_settings(tmp_path, monkeypatch):
     """Records of every reference-scale config (made up: FedGPA a point above the rest, seed-dependent) under a
     results folder: the claims are computed on the complete settings, with all three seeds, the ablation and the
-    mu sweep; with one run of Setting 3 missing, the margins are paired over the seeds every cell has."""
+    mu sweep; with one run of Setting 3 missing, Settings 1 and 2 are read at all three seeds and Setting 3 waits
+    (the comparison claims then check part of their grid)."""
     import random
 
     from fedlib import results
@@ -336,7 +337,9 @@ def test_fedgpa_reads_its_claims_from_committed_records_of_complete_settings(tmp
                    and isinstance(c.partition["n"], list))
     (tmp_path / "fedgpa" / f"{missing.key()}.json").unlink()
     claims, note = fedgpa.recorded_claims("reference")
-    assert claims[0].verdict.n == 2 and sorted(claims[0].margins) == [0, 2]
+    assert claims[0].verdict.n == 3 and "Settings [1, 2], seeds [0, 1, 2]" in note
+    assert "Settings [3] complete at fewer seeds, not read yet" in note
+    assert claims[0].partial == "Settings 1, 2 of Settings 1-3"
 
 
 def test_pfedcspc_table7_claim_does_not_compare_fedavg_with_the_target_it_sets():
@@ -819,3 +822,17 @@ def test_fedgpa_ablation_from_committed_records(tmp_path, monkeypatch):
     spread = 100 * np.std([0.0, 0.002, 0.004])
     assert rows[0]["ours (paper)"].startswith(f"86.20 ± {spread:.2f}") and rows[3]["ours (paper)"].startswith("89.20")
     assert [r["paper (FMNIST)"] for r in rows] == [v[1] for v in fedgpa.ABLATION.values()]
+
+
+def test_fedgpa_reads_the_settings_that_have_every_seed_before_one_recorded_at_fewer():
+    """Setting 1 at seeds 0-2 and Setting 2 at seed 0 alone: the verdicts read Setting 1 (three seeds, an interval)
+    and leave Setting 2 waiting; with no setting at every seed, every complete setting is read."""
+    from fedlib.studies import fedgpa
+
+    def stored(seeds_of_setting):
+        return {(m, st, s): {"records": [{"seed": seed} for seed in seeds_of_setting.get(st, [])]}
+                for m in fedgpa.METHODS for st in fedgpa.SETTINGS for s in (20, 80)}
+
+    assert fedgpa.settings_to_read(stored({1: [0, 1, 2], 2: [0]}), "paper") == ([1], [2])
+    assert fedgpa.settings_to_read(stored({1: [0, 1], 2: [0]}), "paper") == ([1, 2], [])
+    assert fedgpa.settings_to_read(stored({}), "paper") == ([], [])
