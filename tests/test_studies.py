@@ -836,3 +836,16 @@ def test_fedgpa_reads_the_settings_that_have_every_seed_before_one_recorded_at_f
     assert fedgpa.settings_to_read(stored({1: [0, 1, 2], 2: [0]}), "paper") == ([1], [2])
     assert fedgpa.settings_to_read(stored({1: [0, 1], 2: [0]}), "paper") == ([1, 2], [])
     assert fedgpa.settings_to_read(stored({}), "paper") == ([], [])
+
+
+def test_budget_changes_names_the_claims_whose_verdict_the_longer_budget_changes():
+    from fedlib.studies import fedgpa
+
+    rows = [{"claim": "a", "verdict at round 10": "holds [+0.07, +1.89]",
+             "verdict at round 150": "inconclusive [-1.00, +2.00]"},
+            {"claim": "b", "verdict at round 10": "holds [+1, +8]", "verdict at round 150": "holds [+1, +3]"}]
+    assert fedgpa.budget_changes(rows) == ("1 of 2 claims have another verdict at round 10 than at round 150 of the "
+                                           "same runs: a (holds -> inconclusive). Where a round-10 verdict differs, "
+                                           "the reference budget has not settled that claim.")
+    assert fedgpa.budget_changes(rows[1:]).startswith("Every claim has the same verdict at round 10")
+    assert fedgpa.budget_changes([]) == ""

@@ -670,6 +670,23 @@ def margin_stability(stored: dict, rounds=(10, 20, 30, 50, 100, 150)) -> tuple[l
     return list(table.values()), settings, methods, seeds
 
 
+def budget_changes(rows: list[dict]) -> str:
+    """In words, which claims ``margin_stability`` gives another verdict at its first round than at its last (the
+    reference budget against the paper's, on the same runs)."""
+    ends = [int(k.rsplit(" ", 1)[1]) for k in (rows[0] if rows else {}) if k.startswith("verdict at round ")]
+    if len(ends) < 2:
+        return ""
+    first, last = min(ends), max(ends)
+    outcome = lambda row, R: row[f"verdict at round {R}"].split(" [")[0]  # noqa: E731
+    changed = [row for row in rows if outcome(row, first) != outcome(row, last)]
+    if not changed:
+        return f"Every claim has the same verdict at round {first} as at round {last} of the same runs."
+    return (f"{len(changed)} of {len(rows)} claims have another verdict at round {first} than at round {last} of "
+            "the same runs: " + "; ".join(f"{row['claim']} ({outcome(row, first)} -> {outcome(row, last)})"
+                                          for row in changed)
+            + f". Where a round-{first} verdict differs, the reference budget has not settled that claim.")
+
+
 CONVERGENCE = ("fedgpa", "fedpac")   # the paper's method and its main baseline, run 3x longer at reference scale
 CONVERGENCE_METRIC = METRIC   # what the convergence check reads (the notebook's convergence section)
 
