@@ -80,6 +80,30 @@ def test_recorded_scales_are_counted_apart_from_the_books_own_runs(tmp_path, mon
     assert table.loc["FedGPA", "paper scale"] == "-" and table.loc["FedPCL", "reference scale"] == "-"
 
 
+def test_the_overview_counts_each_claim_once_at_the_scale_that_decides_it(tmp_path, monkeypatch):
+    """A claim checked at both recorded scales counts once, at the scale its chapter's verdict box names (a
+    three-seed paper scale over a reference scale; a partial paper-scale check under a whole reference one); a
+    hypothesis of the book is never counted; chapters with no recorded verdict are left out."""
+    monkeypatch.setattr(experiment, "DEFAULT_CACHE", tmp_path)
+    three = {0: 1.0, 1: 1.2, 2: 0.9}
+    reference = [Claim("a", "p", "o", False, margins={s: -m for s, m in three.items()}),
+                 Claim("b", "p", "o", True, margins=three), Claim("c", "p", "o", False, margins={0: -1.0, 1: 1.0})]
+    paper = [Claim("a", "p", "o", True, margins=three),
+             Claim("b", "p", "o", False, margins={s: -m for s, m in three.items()}, partial="Setting 1 of 1-3"),
+             Claim("h", "p", "o", True, margins=three, hypothesis=True)]
+    common.save_summary("fedgpa", "reference", claims=reference, scale_note="r")
+    common.save_summary("fedgpa", "paper", claims=paper, scale_note="p")
+    assert overview.best_evidence_outcomes() == {"fedgpa": [("paper", "holds"), ("reference", "holds"),
+                                                            ("reference", "inconclusive")]}
+    assert overview.decided_sentence() == (
+        "Each claim at the scale that decides it (its chapter's verdict box), over 1 chapter: 2 of 3 claims "
+        "decided; 2 hold, 0 do not hold, 1 inconclusive (paper scale 1, reference scale 2).")
+    table = overview.recorded_claims_table().set_index("chapter")
+    assert table.loc["FedGPA", "best evidence"] == "2 hold, 0 do not hold, 1 inconclusive (paper scale 1, " \
+                                                   "reference scale 2)"
+    assert table.loc["FedPRP", "best evidence"] == "-"
+
+
 def test_best_evidence_takes_the_highest_scale_that_checked_each_claim():
     from fedlib.studies.verdicts import best_evidence, best_evidence_html
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fedlib.studies.common import load_summaries
 from fedlib.studies.registry import chapters
-from fedlib.studies.verdicts import Claim, scope_text
+from fedlib.studies.verdicts import Claim, counted, scope_text
 
 
 def titles() -> dict[str, str]:
@@ -45,17 +45,58 @@ def chapters_table(found: dict, scale: str):
     return pd.DataFrame(rows)
 
 
+def best_evidence_outcomes(found: dict | None = None) -> dict[str, list[tuple[str, str]]]:
+    """chapter -> (deciding scale, outcome) of each of its paper's claims at the scale ``verdicts.best_evidence``
+    picks among the recorded scales' summaries (``found``: {scale: {chapter: summary}}; default: the saved ones);
+    chapters with no recorded verdict are left out."""
+    from fedlib.experiment import RECORDED_SCALES
+    from fedlib.studies.verdicts import best_evidence
+
+    found = found if found is not None else {s: summaries(s) for s in RECORDED_SCALES}
+    out = {}
+    for chapter in titles():
+        by_scale = {s: claims_of(found[s][chapter]) for s in RECORDED_SCALES
+                    if chapter in found.get(s, {}) and found[s][chapter].get("claims")}
+        decided = [(scale, c.verdict.outcome) for scale, c, _ in best_evidence(by_scale) if not c.hypothesis]
+        if decided:   # a chapter with hypotheses of the book alone has no claim of a paper to count
+            out[chapter] = decided
+    return out
+
+
+def outcome_words(decided: list[tuple[str, str]]) -> str:
+    """'2 hold, 3 do not hold, 4 inconclusive (reference scale 8, paper scale 1)'."""
+    outcomes = [o for _, o in decided]
+    scales = {s: sum(1 for s_, _ in decided if s_ == s) for s in dict.fromkeys(s for s, _ in decided)}
+    return (f"{outcomes.count('holds')} hold, {outcomes.count('does not hold')} do not hold, "
+            f"{outcomes.count('inconclusive')} inconclusive"
+            + (f", {outcomes.count('not checked')} not checked" if outcomes.count("not checked") else "")
+            + " (" + ", ".join(f"{s} scale {n}" for s, n in scales.items()) + ")")
+
+
+def decided_sentence(found: dict | None = None) -> str:
+    """The book's answer in one sentence: every chapter's claims at the scale that decides each."""
+    outcomes = best_evidence_outcomes(found)
+    decided = [d for ds in outcomes.values() for d in ds]
+    if not decided:
+        return "No claim has a verdict at reference or paper scale yet."
+    n = sum(1 for _, o in decided if o in ("holds", "does not hold"))
+    return (f"Each claim at the scale that decides it (its chapter's verdict box), over "
+            f"{counted(len(outcomes), 'chapter')}: {n} of {len(decided)} claims decided; {outcome_words(decided)}.")
+
+
 def recorded_claims_table():
-    """One row per chapter: its claims by outcome at each recorded scale (reference, paper), from the summaries
-    its notebook leaves after reading the committed records; "-" where no setting of that scale is complete."""
+    """One row per chapter: its claims by outcome at the scale that decides each (its verdict box's best evidence)
+    and at each recorded scale (reference, paper), from the summaries its notebook leaves after reading the
+    committed records; "-" where no setting of that scale is complete."""
     import pandas as pd
 
     from fedlib.experiment import RECORDED_SCALES
 
     found = {s: summaries(s) for s in RECORDED_SCALES}
+    best = best_evidence_outcomes(found)
     rows = []
     for chapter, title in titles().items():
-        row = {"chapter": title}
+        row = {"chapter": title, "best evidence": outcome_words(best[chapter]) if chapter in best else "-"}
         for s in RECORDED_SCALES:
             summary = found[s].get(chapter)
             if summary is None or not summary.get("claims"):
