@@ -836,6 +836,11 @@ def test_fedgpa_reads_the_settings_that_have_every_seed_before_one_recorded_at_f
     assert fedgpa.settings_to_read(stored({1: [0, 1, 2], 2: [0]}), "paper") == ([1], [2])
     assert fedgpa.settings_to_read(stored({1: [0, 1], 2: [0]}), "paper") == ([1, 2], [])
     assert fedgpa.settings_to_read(stored({}), "paper") == ([], [])
+    assert fedgpa.comparison_part("FedPer and LG-FedAvg are below FedBABU and FedPAC", [1]) == \
+        "Setting 1 of Settings 1-3"
+    assert fedgpa.comparison_part("FedPer and LG-FedAvg are below FedBABU and FedPAC", [1, 2, 3]) == ""
+    weights = next(claim for claim, _, what in fedgpa.CLAIM_TABLES if what == fedgpa.WEIGHTS)
+    assert fedgpa.comparison_part(weights, [1, 3]) == ""   # Fig. 4 reads Setting 3 alone
 
 
 def test_budget_changes_names_the_claims_whose_verdict_the_longer_budget_changes():

@@ -583,8 +583,8 @@ NOT_OFFLINE = [
 
 def comparison_part(claim: str, done) -> str:
     """The part of a comparison claim's grid (Settings 1-3) that the complete ``done`` settings cover, where not
-    all of it ('' otherwise, and for the claims other tables decide)."""
-    compared = any(claim.startswith(text) for text, table, _ in CLAIM_TABLES if table == "comparison")
+    all of it ('' otherwise, for the claims other tables decide, and for Fig. 4's, which read Setting 3 alone)."""
+    compared = any(claim.startswith(text) for text, _, what in CLAIM_TABLES if what == COMPARISON)
     if not compared or set(done) == set(SETTINGS):
         return ""
     return (f"Setting{'s' if len(done) > 1 else ''} {', '.join(map(str, sorted(done)))} of Settings "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fedlib.studies.common import load_summaries
 from fedlib.studies.registry import chapters
-from fedlib.studies.verdicts import Claim, counted, scope_text
+from fedlib.studies.verdicts import Claim, best_evidence, counted, scope_text
 
 
 def titles() -> dict[str, str]:
@@ -50,7 +50,6 @@ def best_evidence_outcomes(found: dict | None = None) -> dict[str, list[tuple[st
     picks among the recorded scales' summaries (``found``: {scale: {chapter: summary}}; default: the saved ones);
     chapters with no recorded verdict are left out."""
     from fedlib.experiment import RECORDED_SCALES
-    from fedlib.studies.verdicts import best_evidence
 
     found = found if found is not None else {s: summaries(s) for s in RECORDED_SCALES}
     out = {}
