@@ -12,7 +12,7 @@ sequential executor. Evaluation is timed apart (one evaluation of one run) and a
 Usage: python benchmarks/gpu_throughput.py                      # on a CUDA device when visible
        python benchmarks/gpu_throughput.py --device cpu          # smaller defaults: E = 1, groups of 2 and 4
        python benchmarks/gpu_throughput.py --device cpu --modes sequential --scale reference --processes 2
-       [--groups 6 18 60] [--epochs 5] [--rounds 2] [--no-projection]
+       [--groups 6 18 60] [--epochs 5] [--rounds 2] [--no-projection] [--profile]
 """
 import argparse
 import dataclasses
@@ -72,8 +72,9 @@ def samples_per_round(fed) -> int:
     return int(sum(len(i) for i in fed.setup.train_idx)) * fed.setup.local_epochs
 
 
-def measure(mode: str, configs: list, rounds: int, device: str) -> tuple[float, int, float]:
-    """(seconds per round, samples per round, seconds of one evaluation of one run) of ``mode``."""
+def measure(mode: str, configs: list, rounds: int, device: str, profile: bool = False) -> tuple[float, int, float]:
+    """(seconds per round, samples per round, seconds of one evaluation of one run) of ``mode``; ``profile``: one more
+    round under torch.profiler, whose summary is printed (``print_profile``)."""
     from fedlib.engine.batched import BatchedTrainer
     from fedlib.engine.executors import BatchedExecutor
     from fedlib.methods import make_method
@@ -92,10 +93,8 @@ def measure(mode: str, configs: list, rounds: int, device: str) -> tuple[float, 
 
     feds = [build(dataclasses.replace(c, executor="sequential" if mode == "sequential" else "batched"),
                   executor=None if mode == "sequential" else executor, data=data, method=method) for c in configs]
-    times = []
-    for t in range(rounds + 1):   # round 0 warms up (allocator, kernels)
-        sync(device)
-        start = time.perf_counter()
+
+    def one_round(t: int) -> None:
         if mode == "lockstep":   # Lockstep.step without its end_round (evaluation, checkpoint), as in the others
             cohorts = [Cohort(f.method, f.setup, f.trainer, f.open_round(t)) for f in feds]
             for fed, outcome in zip(feds, train_cohorts(shared["batched"], cohorts)):
@@ -105,14 +104,47 @@ def measure(mode: str, configs: list, rounds: int, device: str) -> tuple[float, 
         else:
             for fed in feds:
                 fed.close_round(fed.executor.run(fed.method, fed.open_round(t)))
+
+    times = []
+    for t in range(rounds + 1):   # round 0 warms up (allocator, kernels)
+        sync(device)
+        start = time.perf_counter()
+        one_round(t)
         sync(device)
         if t:
             times.append(time.perf_counter() - start)
+    if profile:
+        longest = max(len(i) for i in feds[0].setup.train_idx)   # the lockstep loop's steps: the longest client's
+        print_profile(lambda: (one_round(rounds + 1), sync(device)), device,
+                      configs[0].local_epochs * -(-longest // configs[0].batch_size))
     sync(device)
     start = time.perf_counter()
     feds[0].evaluate(rounds)
     sync(device)
     return min(times), sum(samples_per_round(f) for f in feds), time.perf_counter() - start
+
+
+def print_profile(round_fn, device: str, steps: int) -> None:
+    """One round under torch.profiler: the operators launched per lockstep step (each a kernel launch on a GPU,
+    the cost that does not shrink as runs are batched), the device's busy share of the round, and the operators that
+    take the most device time: what bounds a mode that stays far below the device's peak."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    start = time.perf_counter()
+    with profile(activities=activities) as prof:
+        round_fn()
+    wall = time.perf_counter() - start
+    events = prof.key_averages()
+    ops = sum(e.count for e in events if e.key.startswith("aten::"))
+    device_time = sum(getattr(e, "self_device_time_total", 0) for e in events) / 1e6 if cuda else 0.0
+    kernels = sum(e.count for e in events if getattr(e, "device_type", None) == torch.autograd.DeviceType.CUDA)
+    print(f"  profile: {wall:.2f} s round, {ops:,} aten operators (about {ops / steps:,.0f} per step of "
+          f"{steps} local steps of the longest client)" + (f", {kernels:,} kernels, device busy {device_time:.2f} s = "
+                                f"{100 * device_time / wall:.0f}% of the round" if cuda else ""))
+    sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    print(events.table(sort_by=sort, row_limit=12))
 
 
 def grid_work(chapter: str, scale: str = "paper") -> tuple[int, int, float, int]:
@@ -152,6 +184,8 @@ def main():
     ap.add_argument("--scale", default="paper", help="the grids to project: paper | reference")
     ap.add_argument("--processes", type=int, default=None,
                     help="project for this many single-threaded runs at once (the CPU records so)")
+    ap.add_argument("--profile", action="store_true",
+                    help="profile one more round of each mode: operators per step, device busy share, top operators")
     ap.add_argument("--precisions", nargs="+", default=["fp32", "tf32", "bf16"],
                     help="each mode in each precision the device computes natively (the projection uses fp32's)")
     args = ap.parse_args()
@@ -184,7 +218,7 @@ def main():
         reference = None
         for mode, n in plan:
             configs = [dataclasses.replace(c, precision=precision) for c in group_configs(n, epochs, args.device)]
-            dt, samples, eval_s = measure(mode, configs, args.rounds, args.device)
+            dt, samples, eval_s = measure(mode, configs, args.rounds, args.device, profile=args.profile)
             speed = samples / dt
             if precision == "fp32":
                 best = max(best, speed * per_sample)

@@ -312,9 +312,9 @@ def test_pfedcspc_decides_table_iis_claims_as_soon_as_table_ii_is_complete(tmp_p
 
 def test_fedgpa_reads_its_claims_from_committed_records_of_complete_settings(tmp_path, monkeypatch):
     """Records of every reference-scale config (made up: FedGPA a point above the rest, seed-dependent) under a
-    results folder: the claims are computed on the complete settings, with all three seeds, the ablation and the
-    mu sweep; with one run of Setting 3 missing, Settings 1 and 2 are read at all three seeds and Setting 3 waits
-    (the comparison claims then check part of their grid)."""
+    results folder: the claims are computed on the complete settings, with all five seeds (seeds 3 and 4 a second
+    look, which the note says), the ablation and the mu sweep; with one run of Setting 3 missing, Settings 1 and 2
+    are read at all five seeds and Setting 3 waits (the comparison claims then check part of their grid)."""
     import random
 
     from fedlib import results
@@ -330,14 +330,15 @@ def test_fedgpa_reads_its_claims_from_committed_records_of_complete_settings(tmp
         results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
                        "history": [row], "final": row}, "fedgpa", tmp_path)
     claims, note = fedgpa.recorded_claims("reference")
-    assert "Settings [1, 2, 3], seeds [0, 1, 2]" in note and "not yet recorded" not in note
+    assert "Settings [1, 2, 3], seeds [0, 1, 2, 3, 4]" in note and "not yet recorded" not in note
+    assert "seeds 3 and 4 were added to the comparison and the ablation after the verdicts" in note
     assert claims[0].claim.startswith("FedGPA has the highest accuracy") and claims[0].verdict.outcome == "holds"
     assert any(c.claim.startswith("each module adds") for c in claims)
     missing = next(c for c in configs if c.method == "local" and c.partition.get("s") == 80 and c.seed == 1
                    and isinstance(c.partition["n"], list))
     (tmp_path / "fedgpa" / f"{missing.key()}.json").unlink()
     claims, note = fedgpa.recorded_claims("reference")
-    assert claims[0].verdict.n == 3 and "Settings [1, 2], seeds [0, 1, 2]" in note
+    assert claims[0].verdict.n == 5 and "Settings [1, 2], seeds [0, 1, 2, 3, 4]" in note
     assert "Settings [3] complete at fewer seeds, not read yet" in note
     assert claims[0].partial == "Settings 1, 2 of Settings 1-3"
 

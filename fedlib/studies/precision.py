@@ -21,6 +21,16 @@ def in_precision(grid: dict, precision: str) -> dict:
     return {cell: [dataclasses.replace(c, precision=precision) for c in configs] for cell, configs in grid.items()}
 
 
+def seeds_recorded_in(chapter: str, grid: dict, precision: str) -> dict:
+    """``grid`` cut to the seeds that have a committed record in ``precision`` in some cell, so that a precision check
+    compares like with like where fp32 has more seeds than the other precision (``grid`` whole where it has none)."""
+    stored = stored_grid(chapter, in_precision(grid, precision))
+    seeds = {int(r["seed"]) for cell in stored.values() for r in cell["records"]}
+    if not seeds:
+        return grid
+    return {cell: [c for c in configs if c.seed in seeds] for cell, configs in grid.items()}
+
+
 def paired(base: list[dict], other: list[dict], metric: str) -> dict[int, float]:
     """{seed: 100 x (other - base)} of the last value of ``metric``, over the seeds both precisions have (the same
     seed is the same partition, initial model and mini-batch order: only the arithmetic differs)."""
