@@ -185,7 +185,7 @@ def test_a_chapter_from_outside_the_package_is_registered_and_listed_everywhere(
     assert list(overview.titles())[-1] == "mypaper" and overview.titles()["mypaper"] == "My paper"
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     assert main(["records", "mypaper", "--scale", "reference", "--device", "cpu", "--deadline", "1e-9"]) == 0
-    assert "mypaper at scale reference: 223 configs" in capsys.readouterr().out
+    assert "mypaper at scale reference: 341 configs" in capsys.readouterr().out
     assert "My paper" in overview.recorded_claims_table()["chapter"].tolist()
 
 
