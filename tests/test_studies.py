@@ -485,6 +485,9 @@ def test_fedprp_reads_its_claims_from_committed_records_once_its_comparison_is_c
         verdict = by_text[f"FedPRP has the best {name}"].verdict
         assert verdict.outcome == "holds" and verdict.n == 5 and verdict.mean == pytest.approx(2.0)
     assert any(c.claim.startswith("both new terms help") for c in claims)
+    beta = next(c for c in claims if c.claim.startswith("a slow prototype average")).verdict
+    assert beta.outcome == "holds" and beta.n == 5 and beta.mean == pytest.approx(1.0)   # its own second look:
+    assert "seeds 3 and 4 were added to the beta sweep (Fig. 7)" in note                   # said in the provenance
     for seed in (1, 2, 3):   # an ablation cell with two seeds: the ablation waits
         ablated = next(c for c in configs if c.hyper.get("use_id") is False and c.seed == seed)
         (tmp_path / "fedprp" / f"{ablated.key()}.json").unlink()
