@@ -17,7 +17,7 @@ Each runs in every precision of ``--precisions`` (fp32, bf16: autocast of forwar
 share of the SGEMM rate in the same precision; bf16 is skipped, with the reason, on a processor without bf16
 instructions (where PyTorch would emulate it).
 
-Usage: python benchmarks/small_models.py [--configs fedgpa pfedcspc] [--threads 1] [--epochs 1] [--repeats 3]
+Usage: python benchmarks/small_models.py [--configs fedgpa pfedcspc standing] [--threads 1] [--epochs 1] [--repeats 3]
        [--precisions fp32 bf16]
 """
 import argparse
@@ -38,6 +38,9 @@ CONFIGS = {
     "fedgpa": ("fmnist", "cnn2", 20, {"name": "skew", "s": 20, "n": 600, "k": 5}, 50, 0.02),
     "fedmate": ("fmnist", "cnn2", 20, {"name": "skew", "s": 10, "n": 600, "k": 3}, 50, 0.01),
     "pfedcspc": ("fmnist", "cnn_cspc", 10, {"name": "dirichlet", "alpha": 0.5}, 64, 0.01),
+    # the standing benchmark's model and partition (benchmarks/round_speed.py), on all of MNIST: its bare-loop rate
+    # tells the engine's share from the kernels' on a processor whose SGEMM rate differs
+    "standing": ("mnist", "cnn_fedavg", 20, {"name": "dirichlet", "alpha": 0.1}, 50, 0.01),
 }
 
 
