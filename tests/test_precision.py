@@ -100,7 +100,13 @@ def test_a_precision_check_pairs_runs_by_seed_and_compares_with_the_seed_spread(
     cell with bf16 3 points lower on every seed is outside it (an interval of width 0). A cell without bf16
     records is left out."""
     from fedlib import results
-    from fedlib.studies.precision import cell_differences, difference_rows, difference_summary, in_precision
+    from fedlib.studies.precision import (
+        cell_differences,
+        difference_rows,
+        difference_summary,
+        in_precision,
+        recorded_pair,
+    )
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     base = make_config(method="fedavg", **DIGITS)
@@ -114,7 +120,7 @@ def test_a_precision_check_pairs_runs_by_seed_and_compares_with_the_seed_spread(
         _write(grid["b"][s], (80 + 2 * s) / 100, tmp_path)
         _write(other["b"][s], (77 + 2 * s) / 100, tmp_path)
         _write(grid["c"][s], 0.5, tmp_path)
-    cells = cell_differences("fedgpa", grid, "personal_local_acc")
+    cells = cell_differences(recorded_pair("fedgpa", grid, "bf16"), "personal_local_acc")
     assert [c.cell for c in cells] == ["a", "b"]
     assert cells[0].differences == pytest.approx({0: 1.0, 1: 0.0, 2: -1.0})
     rows = difference_rows(cells, "personal_local_acc", lambda cell: {"cell": cell})

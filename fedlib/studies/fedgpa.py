@@ -597,7 +597,6 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     settings whose every cell has a current record, the ablation and the mu sweep where complete. Returns
     (claims, what they were computed on), or None where no setting is complete."""
     from fedlib.studies.common import partial_seeds, seeds_of, stored_grid
-    from fedlib.studies.verdicts import second_look
 
     grids = tables(scale)
     stored = stored_grid("fedgpa", grids["comparison"])
@@ -622,10 +621,19 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
                     + (f"; Settings {waiting} complete at fewer seeds, not read yet" if waiting else "")
                     + ("" if complete(abl) else "; ablation not yet recorded")
                     + ("" if complete(mu) else "; mu sweep not yet recorded")
-                    + (second_look(seeds, "the comparison and the ablation") if complete(abl) and abl_seeds == seeds
-                       else second_look(seeds, "the comparison")
-                       + (f"; ablation seeds {abl_seeds}" + second_look(abl_seeds, "the ablation")
-                          if complete(abl) else "")))
+                    + seeds_added(seeds, abl_seeds if complete(abl) else None))
+
+
+def seeds_added(seeds: list[int], ablation_seeds: list[int] | None) -> str:
+    """The provenance's second-look clause for the comparison read at ``seeds`` and the ablation at
+    ``ablation_seeds`` (None: not complete): one clause where both read the same seeds."""
+    from fedlib.studies.verdicts import second_look
+
+    if ablation_seeds == seeds:
+        return second_look(seeds, "the comparison and the ablation")
+    ablation = "" if ablation_seeds is None else (f"; ablation seeds {ablation_seeds}"
+                                                  + second_look(ablation_seeds, "the ablation"))
+    return second_look(seeds, "the comparison") + ablation
 
 
 def margin_stability(stored: dict, rounds=(10, 20, 30, 50, 100, 150)) -> tuple[list[dict], list[int], list[str],
@@ -714,22 +722,20 @@ def precision_check(scale: str = "reference", precision: str = "bf16") -> tuple[
     """Table 2 (Setting 1) recorded in fp32 and in ``precision``, over the seeds recorded in ``precision``: (rows per
     cell, their records, a summary sentence, the claims both decide side by side; empty until every cell has records
     in both)."""
-    from fedlib.studies.common import complete_runs
     from fedlib.studies.precision import (
         cell_differences,
         conclusion_rows,
         difference_rows,
         difference_summary,
-        in_precision,
-        seeds_recorded_in,
+        recorded_pair,
     )
 
-    grid = seeds_recorded_in("fedgpa", tables(scale)["headline"], precision)
-    cells = cell_differences("fedgpa", grid, METRIC, precision)
+    pair = recorded_pair("fedgpa", tables(scale)["headline"], precision)
+    cells = cell_differences(pair, METRIC)
     label = lambda cell: {"method": LABELS[cell[0]], "s": cell[2]}  # noqa: E731
     rows = difference_rows(cells, METRIC, label, precision)
     records = [r for c in cells for r in (*c.base, *c.other)]
-    base, other = (complete_runs("fedgpa", g) for g in (grid, in_precision(grid, precision)))   # every seed, cell
+    base, other = pair.complete()   # every seed of every cell
     conclusions = []
     if base is not None and other is not None:
         conclusions = conclusion_rows(verdicts(base, [1], [20, 80], METHODS), verdicts(other, [1], [20, 80], METHODS),

@@ -214,9 +214,13 @@ def complete_runs(chapter: str, grid: dict, root=None) -> dict | None:
     recorded (seeds added to decide an inconclusive claim) decides on the seeds every cell has meanwhile, once each
     cell has ``DECIDING_SEEDS`` of them (or all its configs, if it has fewer): the runs of a seed some cell still
     lacks are left out, so every margin stays paired."""
+    return complete_of(grid, stored_grid(chapter, grid, root))
+
+
+def complete_of(grid: dict, stored: dict) -> dict | None:
+    """``complete_runs`` on records already looked up (``stored``: ``stored_grid``'s answer for ``grid``)."""
     from fedlib.studies.verdicts import DECIDING_SEEDS
 
-    stored = stored_grid(chapter, grid, root)
     runs = {cell: c["records"] for cell, c in stored.items()}
     if all(len(runs[cell]) == len(configs) for cell, configs in grid.items()):
         return runs

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from fedlib.studies.grid import stored_grid
+from fedlib.studies.grid import complete_of, stored_grid
 from fedlib.studies.report import fmt, mean_std
 from fedlib.studies.verdicts import Claim, verdict_of
 
@@ -21,14 +21,29 @@ def in_precision(grid: dict, precision: str) -> dict:
     return {cell: [dataclasses.replace(c, precision=precision) for c in configs] for cell, configs in grid.items()}
 
 
-def seeds_recorded_in(chapter: str, grid: dict, precision: str) -> dict:
-    """``grid`` cut to the seeds that have a committed record in ``precision`` in some cell, so that a precision check
-    compares like with like where fp32 has more seeds than the other precision (``grid`` whole where it has none)."""
-    stored = stored_grid(chapter, in_precision(grid, precision))
-    seeds = {int(r["seed"]) for cell in stored.values() for r in cell["records"]}
-    if not seeds:
-        return grid
-    return {cell: [c for c in configs if c.seed in seeds] for cell, configs in grid.items()}
+@dataclasses.dataclass
+class RecordedPair:
+    """A grid's committed records in fp32 and in another precision, each looked up once."""
+    grid: dict     # {cell: [fp32 configs]}, cut to the seeds recorded in ``precision``
+    base: dict     # ``stored_grid``'s answer for ``grid``
+    other: dict    # ``stored_grid``'s answer for ``grid`` in ``precision``
+    precision: str
+
+    def complete(self) -> tuple[dict | None, dict | None]:
+        """(fp32 runs, other runs), each None until every cell has its seeds (``grid.complete_of``)."""
+        return (complete_of(self.grid, self.base),
+                complete_of(in_precision(self.grid, self.precision), self.other))
+
+
+def recorded_pair(chapter: str, grid: dict, precision: str) -> RecordedPair:
+    """``grid``'s records in fp32 and ``precision``, the grid cut to the seeds that have a committed record in
+    ``precision`` in some cell, so that a precision check compares like with like where fp32 has more seeds than the
+    other precision (``grid`` whole where it has none)."""
+    other = stored_grid(chapter, in_precision(grid, precision))
+    seeds = {int(r["seed"]) for cell in other.values() for r in cell["records"]}
+    if seeds:
+        grid = {cell: [c for c in configs if c.seed in seeds] for cell, configs in grid.items()}
+    return RecordedPair(grid, stored_grid(chapter, grid), other, precision)
 
 
 def paired(base: list[dict], other: list[dict], metric: str) -> dict[int, float]:
@@ -57,12 +72,11 @@ class CellDifference:
         return abs(self.mean()) <= self.spread(metric)
 
 
-def cell_differences(chapter: str, grid: dict, metric: str, precision: str = "bf16") -> list[CellDifference]:
-    """Each cell of ``grid`` (fp32 configs) with committed records in both fp32 and ``precision``."""
-    base, other = stored_grid(chapter, grid), stored_grid(chapter, in_precision(grid, precision))
+def cell_differences(pair: RecordedPair, metric: str) -> list[CellDifference]:
+    """Each cell of ``pair.grid`` with committed records in both fp32 and the other precision."""
     out = []
-    for cell in grid:
-        a, b = base[cell]["records"], other[cell]["records"]
+    for cell in pair.grid:
+        a, b = pair.base[cell]["records"], pair.other[cell]["records"]
         diffs = paired(a, b, metric)
         if diffs:
             out.append(CellDifference(cell, a, b, diffs))
