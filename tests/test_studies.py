@@ -1,5 +1,6 @@
 """The chapters' analysis functions (fedlib/studies): grids run as one pool, tables computed from records."""
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -635,6 +636,16 @@ def test_fedpcls_official_regime_is_table2_with_100_training_images_per_domain()
     assert [r["variant"] for r in rows] == [fedpcl.READING_LABELS[name] for name in fedpcl.READINGS]
 
 
+def write_fedpcl_records(configs, acc: float, root) -> None:
+    """Made-up paper-scale FedPCL records under ``root``: one evaluation, ``personal_local_acc`` = ``acc``."""
+    from fedlib import results
+
+    for cfg in configs:
+        row = {"round": cfg.rounds, "personal_local_acc": acc}
+        results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "paper",
+                       "history": [row], "final": row}, "fedpcl", root)
+
+
 def test_fedpcls_table2_second_look_leaves_the_checks_paired_on_the_first_three_seeds(monkeypatch, tmp_path):
     """Table 2 at paper scale reads seeds 0-4 (3 and 4 added after its first verdicts, said in the provenance); the
     checks paired with it by seed (readings, collapse, official head, the official regime) stay at 0-2, and the
@@ -654,11 +665,7 @@ def test_fedpcls_table2_second_look_leaves_the_checks_paired_on_the_first_three_
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
 
-    def write(configs, acc):
-        for cfg in configs:
-            row = {"round": cfg.rounds, "personal_local_acc": acc}
-            results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "paper",
-                           "history": [row], "final": row}, "fedpcl", tmp_path)
+    write = functools.partial(write_fedpcl_records, root=tmp_path)
 
     official = fedpcl.official_head_grid("paper")
     for cell, configs in official.items():
@@ -680,11 +687,7 @@ def test_fedpcl_says_from_its_records_what_the_official_classifier_costs_the_bas
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
 
-    def write(configs, acc):
-        for cfg in configs:
-            row = {"round": cfg.rounds, "personal_local_acc": acc}
-            results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "paper",
-                           "history": [row], "final": row}, "fedpcl", tmp_path)
+    write = functools.partial(write_fedpcl_records, root=tmp_path)
 
     linear, official = fedpcl.table2_grid("paper", fedpcl.FEW_SHOT), fedpcl.official_head_grid("paper", fedpcl.FEW_SHOT)
     for cell, configs in official.items():
