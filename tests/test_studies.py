@@ -525,6 +525,9 @@ def test_fedmate_reads_its_claims_from_committed_records_once_table1_is_complete
     assert claims[0].claim.startswith("FedMate generalizes best") and first.outcome == "holds" and first.n == 3
     assert any(c.claim.startswith("FedMate adapts best to local data") for c in claims)
     assert "Table 2 seeds [0, 1, 2, 3, 4]; seeds 3 and 4 were added to Table 2" in note   # its second look, stated
+    assert "Fig. 5 seeds [0, 1, 2, 3, 4]; seeds 3 and 4 were added to Fig. 5" in note     # and Fig. 5's
+    robust = next(c for c in claims if c.claim.startswith("FedMate is the most robust")).verdict
+    assert robust.n == 5
     table2_cell = next(iter(fedmate.table2_grid("reference").values()))
     (tmp_path / "fedmate" / f"{table2_cell[0].key()}.json").unlink()   # seed 0 of one cell: the rest decide
     claims, note = fedmate.recorded_claims("reference")
