@@ -614,7 +614,10 @@ def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_th
 
     clause = chapters()["fedprp"].convergence_clause()
     assert clause == ("not converged: from the reference budget to 3x its rounds FedPRP +5.00 points (seed 0; "
-                      "FedPRP's margin over FedAvg moves by +4.60); the verdicts compare methods at equal budgets")
+                      "FedPRP's margin over FedAvg moves by +4.60, from +10.00 to +14.60: the same order); the "
+                      "verdicts compare methods at equal budgets")
+    behind_later = [dict(rows[0], **{"round 150 (3x)": 70.0, "gap 150 - 50": -10.0}), rows[1]]   # 80 -> 70 vs 70.4
+    assert "moves by -10.40, from +10.00 to -0.40: the order of the two flips" in convergence_clause(behind_later)
     assert convergence_clause(rows[1:]) == "converged (each 3x run within 1 point or the seed spread)"
     assert convergence_clause([]) == "convergence not yet recorded"
 

@@ -45,6 +45,12 @@ def row_gap(row: dict) -> float:
     return next(v for k, v in row.items() if k.startswith("gap"))
 
 
+def row_ends(row: dict) -> tuple[float, float]:
+    """(the metric at the reference budget, at 3x its rounds) of a ``convergence_rows`` row, seed 0."""
+    reference, longer = (v for k, v in row.items() if k.startswith("round "))
+    return reference, longer
+
+
 def settle_bound(row: dict) -> float:
     """How far the endpoint may move and still count as settled: 1 point or the reference's seed spread (one seed:
     1 point)."""
@@ -54,8 +60,8 @@ def settle_bound(row: dict) -> float:
 
 def convergence_clause(rows: list[dict]) -> str:
     """The reference budget's convergence in a clause for a verdict note: settled, or which methods still move and by
-    how much, and how far the paper's method's margin over its main baseline moves with them (what a reader weighs a
-    margin against)."""
+    how much, and how far the paper's method's margin over its main baseline moves with them, and whether the two keep their
+    order at 3x the rounds (what a reader weighs a margin against)."""
     if not rows:
         return "convergence not yet recorded"
     moving = [f"{row['method']} {row_gap(row):+.2f}" for row in rows if abs(row_gap(row)) > settle_bound(row)]
@@ -63,8 +69,11 @@ def convergence_clause(rows: list[dict]) -> str:
         return "converged (each 3x run within 1 point or the seed spread)"
     drift = ""
     if len(rows) >= 2:   # the paper's method first, its main baseline second (the convergence grid's order)
-        drift = (f"; {rows[0]['method']}'s margin over {rows[1]['method']} moves by "
-                 f"{row_gap(rows[0]) - row_gap(rows[1]):+.2f}")
+        (own_r, own_3r), (base_r, base_3r) = row_ends(rows[0]), row_ends(rows[1])
+        before, after = own_r - base_r, own_3r - base_3r
+        order = "the same order" if (before > 0) == (after > 0) else "the order of the two flips"
+        drift = (f"; {rows[0]['method']}'s margin over {rows[1]['method']} moves by {after - before:+.2f}, from "
+                 f"{before:+.2f} to {after:+.2f}: {order}")
     return (f"not converged: from the reference budget to 3x its rounds {', '.join(moving)} points (seed 0{drift}); "
             "the verdicts compare methods at equal budgets")
 
