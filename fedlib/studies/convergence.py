@@ -60,8 +60,8 @@ def settle_bound(row: dict) -> float:
 
 def convergence_clause(rows: list[dict]) -> str:
     """The reference budget's convergence in a clause for a verdict note: settled, or which methods still move and by
-    how much, and how far the paper's method's margin over its main baseline moves with them, and whether the two keep their
-    order at 3x the rounds (what a reader weighs a margin against)."""
+    how much, and how far the paper's method's margin over its main baseline moves with them, and whether the two
+    keep their order at 3x the rounds (what a reader weighs a margin against)."""
     if not rows:
         return "convergence not yet recorded"
     moving = [f"{row['method']} {row_gap(row):+.2f}" for row in rows if abs(row_gap(row)) > settle_bound(row)]
