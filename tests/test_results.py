@@ -149,6 +149,19 @@ def test_seeds_added_after_the_first_three_are_disclosed_as_a_second_look():
                                                                "verdicts of the first 3 seeds came out inconclusive")
 
 
+def test_the_seeds_each_table_was_read_at_are_named_once_per_set_of_seeds():
+    from fedlib.studies.verdicts import seeds_read
+
+    assert seeds_read({"Table 1": [0, 1, 2]}) == "seeds [0, 1, 2]"        # a first look: nothing more to say
+    text = seeds_read({"Table 1": [0, 1, 2], "Table 2": [4, 3, 2, 1, 0], "Fig. 5": [0, 1, 2, 3, 4], "Table 3": [0, 1]})
+    assert text.startswith("seeds [0, 1, 2]; Table 2 and Fig. 5 seeds [0, 1, 2, 3, 4]; seeds 3 and 4 were added to "
+                           "Table 2 and Fig. 5 after the verdicts of the first 3 seeds")
+    assert text.endswith("a little optimistic; Table 3 seeds [0, 1]")
+    headline_added = seeds_read({"Table II": [0, 1, 2, 3], "Table VII": [0, 1, 2]})
+    assert headline_added.startswith("seeds [0, 1, 2, 3]; seed 3 was added to Table II after")   # right after its seeds
+    assert headline_added.endswith("; Table VII seeds [0, 1, 2]")
+
+
 def test_the_seeds_of_a_table_are_the_seeds_every_cell_has():
     from fedlib.studies.grid import partial_seeds, seeds_of
 

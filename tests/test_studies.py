@@ -488,7 +488,9 @@ def test_fedprp_reads_its_claims_from_committed_records_once_its_comparison_is_c
     assert any(c.claim.startswith("both new terms help") for c in claims)
     beta = next(c for c in claims if c.claim.startswith("a slow prototype average")).verdict
     assert beta.outcome == "holds" and beta.n == 5 and beta.mean == pytest.approx(1.0)   # its own second look:
-    assert "seeds 3 and 4 were added to the beta sweep (Fig. 7)" in note                   # said in the provenance
+    assert ("seeds 3 and 4 were added to the comparison (Tables I-III, V), the ablation (Table VIII) and the beta "
+            "sweep (Fig. 7) after" in note)                                                 # said in the provenance
+    assert note.endswith("; the new clients (Table VII) seeds [0, 1, 2]")   # Table VII keeps the first three seeds
     for seed in (1, 2, 3):   # an ablation cell with two seeds: the ablation waits
         ablated = next(c for c in configs if c.hyper.get("use_id") is False and c.seed == seed)
         (tmp_path / "fedprp" / f"{ablated.key()}.json").unlink()
@@ -524,8 +526,8 @@ def test_fedmate_reads_its_claims_from_committed_records_once_table1_is_complete
     first = claims[0].verdict
     assert claims[0].claim.startswith("FedMate generalizes best") and first.outcome == "holds" and first.n == 3
     assert any(c.claim.startswith("FedMate adapts best to local data") for c in claims)
-    assert "Table 2 seeds [0, 1, 2, 3, 4]; seeds 3 and 4 were added to Table 2" in note   # its second look, stated
-    assert "Fig. 5 seeds [0, 1, 2, 3, 4]; seeds 3 and 4 were added to Fig. 5" in note     # and Fig. 5's
+    assert ("; Table 2 and Fig. 5 seeds [0, 1, 2, 3, 4]; seeds 3 and 4 were added to Table 2 and Fig. 5 after"
+            in note)   # the tables read at other seeds, with their second look, in one clause
     robust = next(c for c in claims if c.claim.startswith("FedMate is the most robust")).verdict
     assert robust.n == 5
     table2_cell = next(iter(fedmate.table2_grid("reference").values()))
@@ -570,7 +572,7 @@ def test_pfedcspc_reads_its_claims_from_committed_records_once_its_tables_are_co
     plus = next(cfgs for cell, cfgs in pfedcspc.table6_grid("reference").items() if cell.startswith("+"))
     (tmp_path / "pfedcspc" / f"{plus[0].key()}.json").unlink()   # one seed of a Table VI cell: the rest decide
     fewer, note = pfedcspc.recorded_claims("reference")
-    assert [c.claim for c in fewer] == [c.claim for c in claims] and "[1, 2, 3, 4] (Tables VI-VII)" in note
+    assert [c.claim for c in fewer] == [c.claim for c in claims] and "; Tables VI-VII seeds [1, 2, 3, 4]; seeds" in note
     for cfg in plus[1:3]:   # two seeds left in that cell: fewer than three, Tables VI and VII wait
         (tmp_path / "pfedcspc" / f"{cfg.key()}.json").unlink()
     fewer, note = pfedcspc.recorded_claims("reference")

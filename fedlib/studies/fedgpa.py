@@ -597,6 +597,7 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     settings whose every cell has a current record, the ablation and the mu sweep where complete. Returns
     (claims, what they were computed on), or None where no setting is complete."""
     from fedlib.studies.common import partial_seeds, seeds_of, stored_grid
+    from fedlib.studies.verdicts import seeds_read
 
     grids = tables(scale)
     stored = stored_grid("fedgpa", grids["comparison"])
@@ -604,36 +605,23 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     if not done:
         return None
     runs = {k: c["records"] for k, c in stored.items() if k[1] in done}
-    abl = stored_grid("fedgpa", grids["ablation"])
-    mu = stored_grid("fedgpa", grids["mu_sweep"])
-    complete = lambda cells: all(c["records"] for c in cells.values())  # noqa: E731
-    abl_runs = {k: c["records"] for k, c in abl.items()}
-    claims = verdicts(runs, done, [20, 80], METHODS, ablation=abl_runs if complete(abl) else None,
-                      mu_runs={k: c["records"] for k, c in mu.items()} if complete(mu) else None)
+    abl, mu = ({k: c["records"] for k, c in stored_grid("fedgpa", grids[name]).items()}
+               for name in ("ablation", "mu_sweep"))
+    complete = lambda cells: all(cells.values())  # noqa: E731  (every cell has its records)
+    claims = verdicts(runs, done, [20, 80], METHODS, ablation=abl if complete(abl) else None,
+                      mu_runs=mu if complete(mu) else None)
     claims = [dataclasses.replace(c, partial=part) if (part := comparison_part(c.claim, done)) else c
               for c in claims]
-    seeds, partly = seeds_of(runs), partial_seeds(runs)
-    abl_seeds = seeds_of(abl_runs)
+    partly = partial_seeds(runs)
+    read = {"the comparison": seeds_of(runs)} | {title: seeds_of(cells) for title, cells
+                                                 in (("the ablation", abl), ("the mu sweep", mu)) if complete(cells)}
     sc = SCALES[scale]
     return claims, (f"{scale} scale, committed records: {sc['rounds']} rounds, E = {sc['local_epochs']}, full n; "
-                    f"Settings {done}, seeds {seeds}" + (f" (recorded in part, not read yet: {partly})"
-                                                         if partly else "")
+                    f"Settings {done}, {seeds_read(read)}"
+                    + (f"; recorded in part, not read yet: {partly}" if partly else "")
                     + (f"; Settings {waiting} complete at fewer seeds, not read yet" if waiting else "")
                     + ("" if complete(abl) else "; ablation not yet recorded")
-                    + ("" if complete(mu) else "; mu sweep not yet recorded")
-                    + seeds_added(seeds, abl_seeds if complete(abl) else None))
-
-
-def seeds_added(seeds: list[int], ablation_seeds: list[int] | None) -> str:
-    """The provenance's second-look clause for the comparison read at ``seeds`` and the ablation at
-    ``ablation_seeds`` (None: not complete): one clause where both read the same seeds."""
-    from fedlib.studies.verdicts import second_look
-
-    if ablation_seeds == seeds:
-        return second_look(seeds, "the comparison and the ablation")
-    ablation = "" if ablation_seeds is None else (f"; ablation seeds {ablation_seeds}"
-                                                  + second_look(ablation_seeds, "the ablation"))
-    return second_look(seeds, "the comparison") + ablation
+                    + ("" if complete(mu) else "; mu sweep not yet recorded"))
 
 
 def margin_stability(stored: dict, rounds=(10, 20, 30, 50, 100, 150)) -> tuple[list[dict], list[int], list[str],

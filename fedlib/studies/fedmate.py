@@ -446,7 +446,7 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     ablation rows) has every seed of every cell; Table 2, Fig. 5 and the CFT comparison join as each completes.
     Returns (claims, what they were computed on), or None while Table 1 is incomplete."""
     from fedlib.studies.common import complete_runs, nested, seeds_of
-    from fedlib.studies.verdicts import second_look
+    from fedlib.studies.verdicts import seeds_read
 
     grids = tables(scale)
     table1 = complete_runs("fedmate", grids["table1"])
@@ -456,15 +456,15 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     sc = SCALES[scale]
     claims = verdicts(nested(table1), nested(parts["table2"]) if parts["table2"] else {}, parts["repeat"],
                       parts["communication"], sc["table1_cells"])
-    seeds = seeds_of(table1)
     missing = [name for name, found in parts.items() if found is None]
-    other_seeds = ""   # the tables read at other seeds than Table 1's, each with its second look
-    for name, title in (("table2", "Table 2"), ("repeat", "Fig. 5")):
-        if parts[name] and (own := seeds_of(parts[name])) != seeds:
-            other_seeds += f"; {title} seeds {own}" + second_look(own, title)
+    read = {"Table 1": seeds_of(table1)} | {title: seeds_of(parts[name]) for name, title in TABLE_TITLES.items()
+                                            if parts[name]}
     return claims, (f"{scale} scale, committed records: {sc['clients']} clients of {sc['n']} samples, "
-                    f"{sc['rounds']} rounds, seeds {seeds}" + (f"; not yet complete: {', '.join(missing)}"
-                                                              if missing else "") + other_seeds)
+                    f"{sc['rounds']} rounds, {seeds_read(read)}"
+                    + (f"; not yet complete: {', '.join(missing)}" if missing else ""))
+
+
+TABLE_TITLES = {"table2": "Table 2", "repeat": "Fig. 5", "communication": "the CFT comparison"}
 
 
 def tables(scale: str) -> dict:

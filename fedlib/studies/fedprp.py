@@ -589,7 +589,7 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     every seed of every cell; Table VII, the ablation and the beta sweep join as each completes. Returns (claims,
     what they were computed on), or None while the comparison is incomplete."""
     from fedlib.studies.common import complete_runs, seeds_of
-    from fedlib.studies.verdicts import second_look
+    from fedlib.studies.verdicts import seeds_read
 
     grids = tables(scale)
     runs = complete_runs("fedprp", grids["comparison"])
@@ -598,13 +598,16 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     parts = {name: complete_runs("fedprp", grids[name]) for name in ("late_clients", "ablation", "beta")}
     claims = chapter_verdicts(runs, parts["ablation"], parts["late_clients"], parts["beta"], scale)
     sc = SCALES[scale]
-    seeds = seeds_of(runs)
     missing = [name for name, found in parts.items() if found is None]
+    read = {"the comparison (Tables I-III, V)": seeds_of(runs)} | {title: seeds_of(parts[name]) for name, title
+                                                                   in TABLE_TITLES.items() if parts[name]}
     return claims, (f"{scale} scale, committed records: {sc['datasets'][0].upper()}-LT, gamma = {sc['gammas'][0]}, "
-                    f"{sc['rounds']} rounds, seeds {seeds}"
-                    + (f"; not yet complete: {', '.join(missing)}" if missing else "")
-                    + second_look(seeds, "the comparison (Tables I-III, V) and the ablation")
-                    + (second_look(sc["beta_seeds"], "the beta sweep (Fig. 7)") if parts["beta"] else ""))
+                    f"{sc['rounds']} rounds, {seeds_read(read)}"
+                    + (f"; not yet complete: {', '.join(missing)}" if missing else ""))
+
+
+TABLE_TITLES = {"late_clients": "the new clients (Table VII)", "ablation": "the ablation (Table VIII)",
+                "beta": "the beta sweep (Fig. 7)"}
 
 
 def tables(scale: str) -> dict:

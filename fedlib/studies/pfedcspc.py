@@ -692,7 +692,7 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     reads their curves) as each is complete. Returns (claims, what they were computed on), or None before Table II
     is complete."""
     from fedlib.studies.common import complete_runs, nested, seeds_of
-    from fedlib.studies.verdicts import DECIDING_SEEDS, listed, second_look
+    from fedlib.studies.verdicts import seeds_read
 
     grids = tables(scale)
     found = {name: complete_runs("pfedcspc", grids[name]) for name in ("table2", "table3", "ablations", "table6")}
@@ -705,18 +705,14 @@ def recorded_claims(scale: str) -> tuple[list, str] | None:
     ablation = ablations(t2, scale, runs=found["ablations"]) if found["ablations"] is not None else None
     t6 = table6(t2, scale, runs=found["table6"])[1] if found["table6"] is not None else None
     t7, t7_records = table7(t2, t6, scale)[1::3] if t6 is not None else (None, None)
-    seeds = {TABLE_NAMES[name]: seeds_of(runs) for name, runs in found.items() if runs is not None}
-    said = (f"seeds {next(iter(seeds.values()))}" if len({str(s) for s in seeds.values()}) == 1 else
-            "seeds " + ", ".join(f"{s} ({table})" for table, s in seeds.items()))
-    waiting = [TABLE_NAMES[name] for name, runs in found.items() if runs is None]
+    read = {TABLE_TITLES[name]: seeds_of(runs) for name, runs in found.items() if runs is not None}
+    waiting = [TABLE_TITLES[name] for name, runs in found.items() if runs is None]
     return (verdicts(t2[ds], t3, ablation, t6, t7, t7_records),
             f"{scale} scale, committed records: {ds.upper()}, {sc['clients']} clients, {sc['rounds']} rounds, "
-            f"{said}" + (f"; {', '.join(waiting)} not complete yet: their claims wait" if waiting else "")
-            + second_look(sorted(set().union(*seeds.values())),
-                          listed(table for table, s in seeds.items() if max(s) >= DECIDING_SEEDS)))
+            f"{seeds_read(read)}" + (f"; {', '.join(waiting)} not complete yet: their claims wait" if waiting else ""))
 
 
-TABLE_NAMES = {"table2": "Table II", "table3": "Table III", "ablations": "Tables IV-V", "table6": "Tables VI-VII"}
+TABLE_TITLES = {"table2": "Table II", "table3": "Table III", "ablations": "Tables IV-V", "table6": "Tables VI-VII"}
 
 
 def tables(scale: str) -> dict:

@@ -45,6 +45,17 @@ def second_look(seeds: list[int], tables: str) -> str:
             "little optimistic")
 
 
+def seeds_read(tables: dict[str, list[int]]) -> str:
+    """The seeds a verdict's tables were read at, for its provenance: ``tables`` {title: seeds}, the headline table
+    first. "seeds S" for the headline's seeds, then "; {titles} seeds S'" for each other set of seeds; each set
+    with the tables read at it is followed by its ``second_look`` (tables at the same seeds share one clause)."""
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for title, seeds in tables.items():
+        groups.setdefault(tuple(sorted(int(s) for s in seeds)), []).append(title)
+    return "".join(("" if i == 0 else f"; {listed(titles)} ") + f"seeds {list(seeds)}"
+                   + second_look(list(seeds), listed(titles)) for i, (seeds, titles) in enumerate(groups.items()))
+
+
 @dataclass(frozen=True)
 class Verdict:
     outcome: str                        # one of OUTCOMES, or "not checked"
