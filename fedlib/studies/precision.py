@@ -30,7 +30,9 @@ class RecordedPair:
     precision: str
 
     def complete(self) -> tuple[dict | None, dict | None]:
-        """(fp32 runs, other runs), each None until every cell has its seeds (``grid.complete_of``)."""
+        """(fp32 runs, other runs), each None until every cell has its seeds (``grid.complete_of``). ``other`` was
+        looked up on the uncut grid, but its records are exactly at the seeds the cut keeps, so the cut grid is the
+        one to check it against."""
         return (complete_of(self.grid, self.base),
                 complete_of(in_precision(self.grid, self.precision), self.other))
 
