@@ -108,8 +108,8 @@ def test_recorded_tuning_chooses_the_comparison_and_the_convergence_runs(tmp_pat
         {str(tables["comparison"][("dominant", "fedavg")][0].partition)}
     fedprox = tables["comparison"][("long_tail", "fedprox")]
     assert [c.seed for c in fedprox] == [0, 1, 2] and {(c.lr, c.hyper["mu"]) for c in fedprox} == {(0.3, 0.01)}
-    assert {label: (c.rounds, c.seed, c.lr) for label, (c,) in tables["convergence"].items()} == \
-        {"fedgpa": (60, 0, 0.3), "fedavg": (60, 0, 0.3)}
+    assert {label: [(c.rounds, c.seed, c.lr) for c in cfgs] for label, cfgs in tables["convergence"].items()} == \
+        {m: [(60, s, 0.3) for s in (0, 1, 2)] for m in ("fedgpa", "fedavg")}
     (cfg,) = tuning[("dirichlet", "ditto", 0.1, 1.0)]
     (tmp_path / "compare" / f"{cfg.key()}.json").unlink()
     assert ("dirichlet", "ditto") not in compare.tables("reference")["comparison"]

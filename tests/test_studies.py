@@ -176,6 +176,7 @@ def test_a_chapter_from_outside_the_package_is_registered_and_listed_everywhere(
     from fedlib import results
     from fedlib.cli import main
     from fedlib.studies import fedgpa, overview, registry
+    from fedlib.studies.grid import recording_order
 
     mod = types.ModuleType("mypaper")
     for name in registry.CONTRACT:
@@ -186,7 +187,8 @@ def test_a_chapter_from_outside_the_package_is_registered_and_listed_everywhere(
     assert list(overview.titles())[-1] == "mypaper" and overview.titles()["mypaper"] == "My paper"
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     assert main(["records", "mypaper", "--scale", "reference", "--device", "cpu", "--deadline", "1e-9"]) == 0
-    assert "mypaper at scale reference: 341 configs" in capsys.readouterr().out
+    runs = len(recording_order(fedgpa.tables("reference")))   # the grid it borrowed, every table of it
+    assert f"mypaper at scale reference: {runs} configs" in capsys.readouterr().out
     assert "My paper" in overview.recorded_claims_table()["chapter"].tolist()
 
 
@@ -496,7 +498,8 @@ def test_fedprp_reads_its_claims_from_committed_records_once_its_comparison_is_c
         (tmp_path / "fedprp" / f"{ablated.key()}.json").unlink()
     claims, note = fedprp.recorded_claims("reference")
     assert "not yet complete: ablation" in note and not any(c.claim.startswith("both new") for c in claims)
-    compared = next(c for c in configs if c.method == "fedavg" and c.seed == 2)
+    compared = next(c for cfgs in fedprp.tables("reference")["comparison"].values() for c in cfgs
+                    if c.method == "fedavg" and c.seed == 2)
     (tmp_path / "fedprp" / f"{compared.key()}.json").unlink()
     claims, note = fedprp.recorded_claims("reference")   # the other four seeds still pair every cell
     assert "seeds [0, 1, 3, 4]" in note
@@ -588,7 +591,13 @@ def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_th
 
     from fedlib import results
     from fedlib.studies import fedprp
-    from fedlib.studies.convergence import convergence_clause, convergence_rows, convergence_runs, convergence_verdict
+    from fedlib.studies.convergence import (
+        convergence_clause,
+        convergence_rows,
+        convergence_runs,
+        convergence_verdict,
+        margins_text,
+    )
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
 
@@ -599,6 +608,7 @@ def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_th
 
     grid = fedprp.tables("reference")["convergence"]
     assert list(fedprp.tables("reference"))[0] == "convergence"   # recorded first
+    assert [c.seed for c in grid["fedprp"]] == [0, 1, 2]   # 3x runs at three seeds: the curves read seed 0
     for method, at_r, at_3r in (("fedprp", (0.80, 0.81, 0.82), 0.85), ("fedavg", (0.70, 0.705, 0.71), 0.704)):
         longer = grid[method][0]
         write(longer, at_3r)
@@ -622,6 +632,22 @@ def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_th
     assert "moves by -10.40, from +10.00 to -0.40: the order of the two flips" in convergence_clause(behind_later)
     assert convergence_clause(rows[1:]) == "converged (each 3x run within 1 point or the seed spread)"
     assert convergence_clause([]) == "convergence not yet recorded"
+    # seeds 1 and 2 at 3x: the margin at both budgets, paired by seed, with t(2) = 4.3027 intervals (by hand:
+    # R: 10, 10.5, 11 -> 10.50 +- 4.3027 x 0.5 / sqrt 3 = 1.24; 3R: 14.6, 14.6, 15.6 -> 14.93 +- 1.43)
+    for method, at_3r in (("fedprp", (0.86, 0.88)), ("fedavg", (0.714, 0.724))):
+        for cfg, acc in zip(grid[method][1:], at_3r):
+            write(cfg, acc)
+    assert chapters()["fedprp"].convergence_clause() == (
+        "not converged: from the reference budget to 3x its rounds FedPRP +5.00 points (seed 0); FedPRP's margin over "
+        "FedAvg, paired over seeds 0, 1 and 2: +10.50 [+9.26, +11.74] at round 50 (holds), +14.93 [+13.50, +16.37] at "
+        "round 150 (holds): the same order; the verdicts compare methods at equal budgets")
+    at_r = {0: 10.0, 1: 10.5, 2: 11.0}
+    noisy = margins_text((at_r, {0: -0.4, 1: -0.9, 2: -0.4}), (50, 150), "A", "B")   # -0.57 +- 0.72
+    assert noisy.endswith("-0.57 [-1.28, +0.15] at round 150 (inconclusive): the mean margin changes sign, within "
+                          "the seed noise")
+    assert margins_text((at_r, {0: -2.0, 1: -2.5, 2: -3.0}), (50, 150), "A", "B").endswith(
+        "-2.50 [-3.74, -1.26] at round 150 (does not hold): the order of the two flips")
+    assert margins_text(({0: 10.0}, {0: 5.0}), (50, 150), "A", "B") == ""   # one seed: no interval
 
 
 def test_fedpcls_official_regime_is_table2_with_100_training_images_per_domain():

@@ -1,8 +1,9 @@
 """Has a reference budget converged? Every chapter with a reference scale records its paper's method and main
-baseline at 3x the reference rounds (seed 0; the ``convergence`` table of ``tables("reference")``, built by
+baseline at 3x the reference rounds (seeds 0-2; the ``convergence`` table of ``tables("reference")``, built by
 ``grid.convergence_grid`` from cells of its headline table). This module reads those runs beside the reference
-runs of the same configs, says per method whether the endpoint moved beyond 1 point or the seed spread, and draws
-the curves with the reference budget marked."""
+runs of the same configs, says per method whether the seed-0 endpoint moved beyond 1 point or the seed spread,
+gives the paper's method's margin over its baseline at both budgets, paired by seed, and draws the curves (seed 0)
+with the reference budget marked."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,13 +11,14 @@ import dataclasses
 from fedlib.plots import chance_line, floor_line
 from fedlib.studies.grid import stored_grid
 from fedlib.studies.report import convergence_gap, majority_floor
+from fedlib.studies.verdicts import listed, verdict_of
 
 
 def convergence_runs(chapter: str, longer_grid: dict, factor: int = 3) -> tuple[dict, dict]:
-    """({label: records of the reference configs over seeds 0-2}, {label: records of the 3x run}) of the chapter's
-    ``convergence`` grid {label: [config at factor x the reference rounds]}: the reference config is the same one at
+    """({label: records of the reference configs}, {label: records of the 3x runs}) of the chapter's ``convergence``
+    grid {label: [configs at factor x the reference rounds, over seeds]}: the reference configs are the same ones at
     1/factor of the rounds, every seed the committed records have."""
-    reference_grid = {label: [dataclasses.replace(cfgs[0], rounds=cfgs[0].rounds // factor, seed=s) for s in (0, 1, 2)]
+    reference_grid = {label: [dataclasses.replace(c, rounds=c.rounds // factor) for c in cfgs]
                       for label, cfgs in longer_grid.items()}
     reference, longer = stored_grid(chapter, reference_grid), stored_grid(chapter, longer_grid)
     return ({label: c["records"] for label, c in reference.items()},
@@ -29,9 +31,10 @@ def convergence_rows(reference: dict, longer: dict, metric: str, labels: dict) -
     the table names it}."""
     rows = []
     for label, recs in reference.items():
-        if not longer.get(label) or not any(int(r["seed"]) == 0 for r in recs):
+        far = seed_zero(longer.get(label, []))
+        if far is None or seed_zero(recs) is None:
             continue
-        gap = convergence_gap(recs, longer[label][0], metric)
+        gap = convergence_gap(recs, far, metric)
         R, far = gap["rounds"]
         method = label[0] if isinstance(label, tuple) else label   # a cell key (method, setting, ...) names its method
         rows.append({"method": labels.get(label, labels.get(method, str(label))),
@@ -39,6 +42,40 @@ def convergence_rows(reference: dict, longer: dict, metric: str, labels: dict) -
                      f"round {far} (3x)": round(gap["longer"], 2), f"gap {far} - {R}": round(gap["gap"], 2),
                      "reference std over seeds": round(gap["spread"], 2)})
     return rows
+
+
+def seed_zero(records: list[dict]) -> dict | None:
+    return next((r for r in records if int(r["seed"]) == 0), None)
+
+
+def budget_margins(reference: dict, longer: dict, metric: str) -> tuple[dict, dict]:
+    """The paper's method's margin over its main baseline (the grid's first two labels; points of ``metric`` at the
+    last evaluation), paired by seed, at the reference budget and at 3x its rounds: ({seed: margin at R}, {seed:
+    margin at 3R}) over the seeds that have all four runs."""
+    if len(reference) < 2:
+        return {}, {}
+    own, base = list(reference)[:2]
+    ends = [{int(r["seed"]): 100 * r["final"][metric] for r in runs.get(label, [])}
+            for runs in (reference, longer) for label in (own, base)]
+    seeds = sorted(set.intersection(*(set(e) for e in ends)))
+    return ({s: ends[0][s] - ends[1][s] for s in seeds}, {s: ends[2][s] - ends[3][s] for s in seeds})
+
+
+def margins_text(margins: tuple[dict, dict], rounds: tuple[int, int], own: str, base: str) -> str:
+    """``budget_margins`` in words, with each budget's 95% interval and outcome and whether the order of the two
+    methods flips ('' under two paired seeds: no interval)."""
+    at_reference, at_longer = margins
+    if len(at_reference) < 2:
+        return ""
+    verdicts = [verdict_of(m) for m in (at_reference, at_longer)]
+    said = [f"{v.mean:+.2f} [{v.interval[0]:+.2f}, {v.interval[1]:+.2f}] at round {r} ({v.outcome})"
+            for v, r in zip(verdicts, rounds)]
+    decided = all(v.outcome != "inconclusive" for v in verdicts)
+    same_sign = (verdicts[0].mean > 0) == (verdicts[1].mean > 0)
+    order = (("the same order" if decided else "the mean margin keeps its sign") if same_sign else
+             "the order of the two flips" if decided else "the mean margin changes sign, within the seed noise")
+    return (f"{own}'s margin over {base}, paired over seeds {listed(map(str, at_reference))}: {said[0]}, "
+            f"{said[1]}: {order}")
 
 
 def row_gap(row: dict) -> float:
@@ -58,15 +95,20 @@ def settle_bound(row: dict) -> float:
     return max(1.0, spread if spread == spread else 0.0)
 
 
-def convergence_clause(rows: list[dict]) -> str:
+def convergence_clause(rows: list[dict], margins: tuple[dict, dict] = ({}, {})) -> str:
     """The reference budget's convergence in a clause for a verdict note: settled, or which methods still move and by
-    how much, and how far the paper's method's margin over its main baseline moves with them, and whether the two
-    keep their order at 3x the rounds (what a reader weighs a margin against)."""
+    how much, and how the paper's method's margin over its main baseline moves with them and whether the two keep
+    their order at 3x the rounds (what a reader weighs a margin against): paired over seeds where ``margins``
+    (``budget_margins``) has two or more, else from seed 0's rows."""
     if not rows:
         return "convergence not yet recorded"
     moving = [f"{row['method']} {row_gap(row):+.2f}" for row in rows if abs(row_gap(row)) > settle_bound(row)]
     if not moving:
         return "converged (each 3x run within 1 point or the seed spread)"
+    rounds = tuple(int(k.split()[1]) for k in rows[0] if k.startswith("round "))[:2]
+    seed0 = f"not converged: from the reference budget to 3x its rounds {', '.join(moving)} points (seed 0"
+    if len(rows) >= 2 and (paired := margins_text(margins, rounds, rows[0]["method"], rows[1]["method"])):
+        return f"{seed0}); {paired}; the verdicts compare methods at equal budgets"
     drift = ""
     if len(rows) >= 2:   # the paper's method first, its main baseline second (the convergence grid's order)
         (own_r, own_3r), (base_r, base_3r) = row_ends(rows[0]), row_ends(rows[1])
@@ -74,8 +116,20 @@ def convergence_clause(rows: list[dict]) -> str:
         order = "the same order" if (before > 0) == (after > 0) else "the order of the two flips"
         drift = (f"; {rows[0]['method']}'s margin over {rows[1]['method']} moves by {after - before:+.2f}, from "
                  f"{before:+.2f} to {after:+.2f}: {order}")
-    return (f"not converged: from the reference budget to 3x its rounds {', '.join(moving)} points (seed 0{drift}); "
+    return (f"{seed0}{drift}); "
             "the verdicts compare methods at equal budgets")
+
+
+def margins_line(chapter: str, reference: dict, longer: dict, metric: str, rows: list[dict]) -> str:
+    """The notebook's line on the paper's method's margin at both budgets, paired by seed (``margins_text``), or
+    why it is not there yet."""
+    if len(rows) < 2:
+        return "the margin at both budgets needs both methods' 3x runs"
+    rounds = tuple(int(k.split()[1]) for k in rows[0] if k.startswith("round "))[:2]
+    text = margins_text(budget_margins(reference, longer, metric), rounds, rows[0]["method"], rows[1]["method"])
+    return (text[0].upper() + text[1:] + " (95% t-intervals)" if text else
+            "the margin at both budgets, paired by seed, waits for the 3x runs of seeds 1 and 2 "
+            f"(`python -m fedlib records {chapter} --scale reference --tables convergence`)")
 
 
 def convergence_verdict(rows: list[dict]) -> list[str]:
@@ -139,6 +193,7 @@ def show_convergence(chapter: str, grid: dict, metric: str, labels: dict, title:
     show_table(rows, records, "reference", test_set, note=f"{title}; {metric} at the last evaluation (%); gap in "
                                                           "points", state_floor=True)
     print("\n".join(convergence_verdict(rows)))
+    print(margins_line(chapter, reference, longer, metric, rows))
     R = next(cfgs[0].rounds for cfgs in grid.values()) // 3
     plot_convergence(longer, R, metric, labels, title, ylabel, local_test=local_test)
     return rows

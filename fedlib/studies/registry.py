@@ -222,13 +222,15 @@ class Chapter:
     def convergence_clause(self) -> str:
         """Whether the reference budget converged, from the committed 3x runs (``convergence.convergence_clause``) on
         the chapter's ``CONVERGENCE_METRIC``; empty for a chapter without a convergence check."""
-        from fedlib.studies.convergence import convergence_clause, convergence_rows, convergence_runs
+        from fedlib.studies.convergence import budget_margins, convergence_clause, convergence_rows, convergence_runs
 
         metric = getattr(self.study, "CONVERGENCE_METRIC", None)
         grid = self.study.tables("reference").get("convergence")
         if metric is None or grid is None:
             return ""
-        return convergence_clause(convergence_rows(*convergence_runs(self.name, grid), metric, self.study.LABELS))
+        reference, longer = convergence_runs(self.name, grid)
+        return convergence_clause(convergence_rows(reference, longer, metric, self.study.LABELS),
+                                  budget_margins(reference, longer, metric))
 
     def show_convergence(self, metric: str, title: str, ylabel: str, test_set: str, local_test: bool = False):
         """The convergence section in one call (``convergence.show_convergence`` on this chapter's 3x runs)."""
