@@ -68,14 +68,23 @@ def margins_text(margins: tuple[dict, dict], rounds: tuple[int, int], own: str, 
     if len(at_reference) < 2:
         return ""
     verdicts = [verdict_of(m) for m in (at_reference, at_longer)]
-    said = [f"{v.mean:+.2f} [{v.interval[0]:+.2f}, {v.interval[1]:+.2f}] at round {r} ({v.outcome})"
-            for v, r in zip(verdicts, rounds)]
+    said, signs = [], []
+    for v, r in zip(verdicts, rounds):
+        assert v.mean is not None and v.interval is not None   # two or more seeds: a mean and its interval
+        said.append(f"{v.mean:+.2f} [{v.interval[0]:+.2f}, {v.interval[1]:+.2f}] at round {r} ({v.outcome})")
+        signs.append(v.mean > 0)
     decided = all(v.outcome != "inconclusive" for v in verdicts)
-    same_sign = (verdicts[0].mean > 0) == (verdicts[1].mean > 0)
+    same_sign = signs[0] == signs[1]
     order = (("the same order" if decided else "the mean margin keeps its sign") if same_sign else
              "the order of the two flips" if decided else "the mean margin changes sign, within the seed noise")
     return (f"{own}'s margin over {base}, paired over seeds {listed(map(str, at_reference))}: {said[0]}, "
             f"{said[1]}: {order}")
+
+
+def budget_rounds(row: dict) -> tuple[int, int]:
+    """(R, 3R) of a ``convergence_rows`` row."""
+    reference, longer = [int(k.split()[1]) for k in row if k.startswith("round ")][:2]
+    return reference, longer
 
 
 def row_gap(row: dict) -> float:
@@ -105,7 +114,7 @@ def convergence_clause(rows: list[dict], margins: tuple[dict, dict] = ({}, {})) 
     moving = [f"{row['method']} {row_gap(row):+.2f}" for row in rows if abs(row_gap(row)) > settle_bound(row)]
     if not moving:
         return "converged (each 3x run within 1 point or the seed spread)"
-    rounds = tuple(int(k.split()[1]) for k in rows[0] if k.startswith("round "))[:2]
+    rounds = budget_rounds(rows[0])
     seed0 = f"not converged: from the reference budget to 3x its rounds {', '.join(moving)} points (seed 0"
     if len(rows) >= 2 and (paired := margins_text(margins, rounds, rows[0]["method"], rows[1]["method"])):
         return f"{seed0}); {paired}; the verdicts compare methods at equal budgets"
@@ -125,8 +134,8 @@ def margins_line(chapter: str, reference: dict, longer: dict, metric: str, rows:
     why it is not there yet."""
     if len(rows) < 2:
         return "the margin at both budgets needs both methods' 3x runs"
-    rounds = tuple(int(k.split()[1]) for k in rows[0] if k.startswith("round "))[:2]
-    text = margins_text(budget_margins(reference, longer, metric), rounds, rows[0]["method"], rows[1]["method"])
+    text = margins_text(budget_margins(reference, longer, metric), budget_rounds(rows[0]), rows[0]["method"],
+                        rows[1]["method"])
     return (text[0].upper() + text[1:] + " (95% t-intervals)" if text else
             "the margin at both budgets, paired by seed, waits for the 3x runs of seeds 1 and 2 "
             f"(`python -m fedlib records {chapter} --scale reference --tables convergence`)")
