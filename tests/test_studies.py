@@ -639,14 +639,14 @@ def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_th
             write(cfg, acc)
     assert chapters()["fedprp"].convergence_clause() == (
         "not converged: from the reference budget to 3x its rounds FedPRP +5.00 points (seed 0); FedPRP's margin over "
-        "FedAvg, paired over seeds 0, 1 and 2: +10.50 [+9.26, +11.74] at round 50 (holds), +14.93 [+13.50, +16.37] at "
-        "round 150 (holds): the same order; the verdicts compare methods at equal budgets")
+        "FedAvg, paired over seeds 0, 1 and 2: +10.50 [+9.26, +11.74] at round 50 (ahead), +14.93 [+13.50, +16.37] at "
+        "round 150 (ahead): the same order; the verdicts compare methods at equal budgets")
     at_r = {0: 10.0, 1: 10.5, 2: 11.0}
     noisy = margins_text((at_r, {0: -0.4, 1: -0.9, 2: -0.4}), (50, 150), "A", "B")   # -0.57 +- 0.72
-    assert noisy.endswith("-0.57 [-1.28, +0.15] at round 150 (inconclusive): the mean margin changes sign, within "
+    assert noisy.endswith("-0.57 [-1.28, +0.15] at round 150 (not separated): the mean margin changes sign, within "
                           "the seed noise")
     assert margins_text((at_r, {0: -2.0, 1: -2.5, 2: -3.0}), (50, 150), "A", "B").endswith(
-        "-2.50 [-3.74, -1.26] at round 150 (does not hold): the order of the two flips")
+        "-2.50 [-3.74, -1.26] at round 150 (behind): the order of the two flips")
     assert margins_text(({0: 10.0}, {0: 5.0}), (50, 150), "A", "B") == ""   # one seed: no interval
 
 

@@ -61,9 +61,12 @@ def budget_margins(reference: dict, longer: dict, metric: str) -> tuple[dict, di
     return ({s: ends[0][s] - ends[1][s] for s in seeds}, {s: ends[2][s] - ends[3][s] for s in seeds})
 
 
+STANDING = {"holds": "ahead", "does not hold": "behind", "inconclusive": "not separated"}   # a margin's interval
+
+
 def margins_text(margins: tuple[dict, dict], rounds: tuple[int, int], own: str, base: str) -> str:
-    """``budget_margins`` in words, with each budget's 95% interval and outcome and whether the order of the two
-    methods flips ('' under two paired seeds: no interval)."""
+    """``budget_margins`` in words, with each budget's 95% interval (above zero: ahead, below: behind, across:
+    not separated) and whether the order of the two methods flips ('' under two paired seeds: no interval)."""
     at_reference, at_longer = margins
     if len(at_reference) < 2:
         return ""
@@ -71,7 +74,7 @@ def margins_text(margins: tuple[dict, dict], rounds: tuple[int, int], own: str, 
     said, signs = [], []
     for v, r in zip(verdicts, rounds):
         assert v.mean is not None and v.interval is not None   # two or more seeds: a mean and its interval
-        said.append(f"{v.mean:+.2f} [{v.interval[0]:+.2f}, {v.interval[1]:+.2f}] at round {r} ({v.outcome})")
+        said.append(f"{v.mean:+.2f} [{v.interval[0]:+.2f}, {v.interval[1]:+.2f}] at round {r} ({STANDING[v.outcome]})")
         signs.append(v.mean > 0)
     decided = all(v.outcome != "inconclusive" for v in verdicts)
     same_sign = signs[0] == signs[1]
