@@ -31,10 +31,10 @@ def convergence_rows(reference: dict, longer: dict, metric: str, labels: dict) -
     the table names it}."""
     rows = []
     for label, recs in reference.items():
-        far = seed_zero(longer.get(label, []))
-        if far is None or seed_zero(recs) is None:
+        longer_run = seed_zero(longer.get(label, []))
+        if longer_run is None or seed_zero(recs) is None:
             continue
-        gap = convergence_gap(recs, far, metric)
+        gap = convergence_gap(recs, longer_run, metric)
         R, far = gap["rounds"]
         method = label[0] if isinstance(label, tuple) else label   # a cell key (method, setting, ...) names its method
         rows.append({"method": labels.get(label, labels.get(method, str(label))),
@@ -168,7 +168,7 @@ def plot_convergence(longer: dict, R: int, metric: str, labels: dict, title: str
     paper = paper or {}
     for i, label in enumerate(longer):
         for recs, style, what in ((paper.get(label, []), ":", "paper-scale record"), (longer[label], "-", "3x run")):
-            rec = next((r for r in recs if int(r["seed"]) == 0), None)
+            rec = seed_zero(recs)
             if rec is None:
                 continue
             pts = [(h["round"], 100 * h[metric]) for h in rec["history"] if metric in h]
