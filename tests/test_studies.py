@@ -165,6 +165,18 @@ def test_convergence_rows_compare_the_reference_endpoint_with_3x_and_the_paper()
     assert row["round 10 (reference)"] == 80.0 and row["round 30 (3x)"] == 85.5 and row["round 150 (paper)"] == 90.0
     assert row["gap 30 - 10"] == 5.5 and row["reference std over seeds"] == pytest.approx(1.63, abs=0.01)
     assert "still moving (beyond 1.63 points)" in fedgpa.convergence_verdict([row])[0]
+    assert row["seeds"] == "0" and row["95% interval of the gap"] == "-"   # one seed: no interval
+    # a second seed at 3x: the endpoints are means over the paired seeds (0 and 1), the gap gets a t(1) interval
+    # (by hand: gaps 5.5 and 5.0 -> 5.25 +- 12.706 x 0.3536 / sqrt 2 = 3.18); the paper column waits for seed 1
+    longer["fedgpa"].append(record(1, 30, [0.70, 0.80, 0.83, 0.84, 0.85, 0.87]))
+    (row,) = fedgpa.convergence_rows(reference, longer, paper)
+    assert row["seeds"] == "0 and 1" and row["round 10 (reference)"] == 81.0 and row["round 30 (3x)"] == 86.25
+    assert row["gap 30 - 10"] == 5.25 and row["95% interval of the gap"] == "[+2.07, +8.43]"
+    assert row["round 150 (paper)"] is None
+    paper["fedgpa"].append(record(1, 150, [0.7] * 29 + [0.92]))
+    (row,) = fedgpa.convergence_rows(reference, longer, paper)
+    assert row["round 150 (paper)"] == 91.0
+    assert "(mean over seeds 0 and 1): still moving" in fedgpa.convergence_verdict([row])[0]
 
 
 def test_a_chapter_from_outside_the_package_is_registered_and_listed_everywhere(monkeypatch, tmp_path, capsys):
@@ -637,8 +649,14 @@ def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_th
     for method, at_3r in (("fedprp", (0.86, 0.88)), ("fedavg", (0.714, 0.724))):
         for cfg, acc in zip(grid[method][1:], at_3r):
             write(cfg, acc)
+    # the endpoints' gaps, paired by seed: FedPRP 5, 5, 6 -> 5.33 +- 4.3027 x 0.5774 / sqrt 3 = 1.43; FedAvg 0.4,
+    # 0.9, 1.4 -> 0.90, within 1 point: settled
+    rows = convergence_rows(*convergence_runs("fedprp", grid), "a_loc", fedprp.LABELS)
+    assert [(r["seeds"], r["gap 150 - 50"]) for r in rows] == [("0, 1 and 2", 5.33), ("0, 1 and 2", 0.9)]
+    assert rows[0]["95% interval of the gap"] == "[+3.90, +6.77]" and "settled" in convergence_verdict(rows)[1]
     assert chapters()["fedprp"].convergence_clause() == (
-        "not converged: from the reference budget to 3x its rounds FedPRP +5.00 points (seed 0); FedPRP's margin over "
+        "not converged: from the reference budget to 3x its rounds FedPRP +5.33 points (mean over seeds 0, 1 and 2); "
+        "FedPRP's margin over "
         "FedAvg, paired over seeds 0, 1 and 2: +10.50 [+9.26, +11.74] at round 50 (ahead), +14.93 [+13.50, +16.37] at "
         "round 150 (ahead): the same order; the verdicts compare methods at equal budgets")
     at_r = {0: 10.0, 1: 10.5, 2: 11.0}

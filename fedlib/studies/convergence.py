@@ -1,9 +1,9 @@
 """Has a reference budget converged? Every chapter with a reference scale records its paper's method and main
 baseline at 3x the reference rounds (seeds 0-2; the ``convergence`` table of ``tables("reference")``, built by
 ``grid.convergence_grid`` from cells of its headline table). This module reads those runs beside the reference
-runs of the same configs, says per method whether the seed-0 endpoint moved beyond 1 point or the seed spread,
-gives the paper's method's margin over its baseline at both budgets, paired by seed, and draws the curves (seed 0)
-with the reference budget marked."""
+runs of the same configs, paired by seed: says per method whether the endpoint moved beyond 1 point or the seed
+spread (the mean over the seeds that have both runs), gives the paper's method's margin over its baseline at both
+budgets, and draws the curves (seed 0) with the reference budget marked."""
 from __future__ import annotations
 
 import dataclasses
@@ -26,20 +26,24 @@ def convergence_runs(chapter: str, longer_grid: dict, factor: int = 3) -> tuple[
 
 
 def convergence_rows(reference: dict, longer: dict, metric: str, labels: dict) -> list[dict]:
-    """Per label with both a seed-0 reference record and its 3x run: the metric (%) at the reference budget R and
-    at 3R (seed 0), the gap 3R - R (points) and the reference's std over seeds (points). ``labels``: {label: how
-    the table names it}."""
+    """Per label with a reference record and its 3x run at one seed or more: the metric (%) at the reference budget
+    R and at 3R, the gap 3R - R (points), each a mean over the seeds that have both runs, the gap's 95% t-interval
+    over those seeds ("-" at one seed) and the reference's std over seeds (points). ``labels``: {label: how the
+    table names it}."""
     rows = []
     for label, recs in reference.items():
-        longer_run = seed_zero(longer.get(label, []))
-        if longer_run is None or seed_zero(recs) is None:
+        gap = convergence_gap(recs, longer.get(label, []), metric)
+        if gap is None:
             continue
-        gap = convergence_gap(recs, longer_run, metric)
         R, far = gap["rounds"]
+        interval = verdict_of(gap["gaps"]).interval
         method = label[0] if isinstance(label, tuple) else label   # a cell key (method, setting, ...) names its method
         rows.append({"method": labels.get(label, labels.get(method, str(label))),
+                     "seeds": listed(map(str, gap["seeds"])),
                      f"round {R} (reference)": round(gap["reference"], 2),
                      f"round {far} (3x)": round(gap["longer"], 2), f"gap {far} - {R}": round(gap["gap"], 2),
+                     "95% interval of the gap": "-" if interval is None else
+                     f"[{interval[0]:+.2f}, {interval[1]:+.2f}]",
                      "reference std over seeds": round(gap["spread"], 2)})
     return rows
 
@@ -91,11 +95,11 @@ def budget_rounds(row: dict) -> tuple[int, int]:
 
 
 def row_gap(row: dict) -> float:
-    return next(v for k, v in row.items() if k.startswith("gap"))
+    return next(v for k, v in row.items() if k.startswith("gap "))
 
 
 def row_ends(row: dict) -> tuple[float, float]:
-    """(the metric at the reference budget, at 3x its rounds) of a ``convergence_rows`` row, seed 0."""
+    """(the metric at the reference budget, at 3x its rounds) of a ``convergence_rows`` row: means over its seeds."""
     reference, longer = (v for k, v in row.items() if k.startswith("round "))
     return reference, longer
 
@@ -109,18 +113,19 @@ def settle_bound(row: dict) -> float:
 
 def convergence_clause(rows: list[dict], margins: tuple[dict, dict] = ({}, {})) -> str:
     """The reference budget's convergence in a clause for a verdict note: settled, or which methods still move and by
-    how much, and how the paper's method's margin over its main baseline moves with them and whether the two keep
-    their order at 3x the rounds (what a reader weighs a margin against): paired over seeds where ``margins``
-    (``budget_margins``) has two or more, else from seed 0's rows."""
+    how much (the mean gap over the rows' seeds), and how the paper's method's margin over its main baseline moves
+    with them and whether the two keep their order at 3x the rounds (what a reader weighs a margin against): with
+    intervals where ``margins`` (``budget_margins``) pairs two seeds or more, else from the rows' means."""
     if not rows:
         return "convergence not yet recorded"
     moving = [f"{row['method']} {row_gap(row):+.2f}" for row in rows if abs(row_gap(row)) > settle_bound(row)]
     if not moving:
         return "converged (each 3x run within 1 point or the seed spread)"
     rounds = budget_rounds(rows[0])
-    seed0 = f"not converged: from the reference budget to 3x its rounds {', '.join(moving)} points (seed 0"
+    moved = (f"not converged: from the reference budget to 3x its rounds {', '.join(moving)} points "
+             f"({averaged_over(rows[0])}")
     if len(rows) >= 2 and (paired := margins_text(margins, rounds, rows[0]["method"], rows[1]["method"])):
-        return f"{seed0}); {paired}; the verdicts compare methods at equal budgets"
+        return f"{moved}); {paired}; the verdicts compare methods at equal budgets"
     drift = ""
     if len(rows) >= 2:   # the paper's method first, its main baseline second (the convergence grid's order)
         (own_r, own_3r), (base_r, base_3r) = row_ends(rows[0]), row_ends(rows[1])
@@ -128,7 +133,7 @@ def convergence_clause(rows: list[dict], margins: tuple[dict, dict] = ({}, {})) 
         order = "the same order" if (before > 0) == (after > 0) else "the order of the two flips"
         drift = (f"; {rows[0]['method']}'s margin over {rows[1]['method']} moves by {after - before:+.2f}, from "
                  f"{before:+.2f} to {after:+.2f}: {order}")
-    return (f"{seed0}{drift}); "
+    return (f"{moved}{drift}); "
             "the verdicts compare methods at equal budgets")
 
 
@@ -145,16 +150,22 @@ def margins_line(chapter: str, reference: dict, longer: dict, metric: str, rows:
 
 
 def convergence_verdict(rows: list[dict]) -> list[str]:
-    """One line per row of ``convergence_rows``: has the accuracy settled at the reference budget (the gap to 3x the
-    rounds within 1 point or the reference's spread over seeds)?"""
+    """One line per row of ``convergence_rows``: has the accuracy settled at the reference budget (the mean gap to 3x
+    the rounds over the row's seeds within 1 point or the reference's spread over seeds)?"""
     out = []
     for row in rows:
         gap, bound = row_gap(row), settle_bound(row)
-        out.append(f"{row['method']}: {gap:+.2f} points from the reference budget to 3x its rounds: "
+        out.append(f"{row['method']}: {gap:+.2f} points from the reference budget to 3x its rounds "
+                   f"({averaged_over(row)}): "
                    + ("settled (within 1 point or the seed spread)" if abs(gap) <= bound else
                       f"still moving (beyond {bound:.2f} points): the reference scale does not give this method's "
                       "converged accuracy; its verdicts rest on margins at equal budgets"))
     return out
+
+
+def averaged_over(row: dict) -> str:
+    """Which seeds a ``convergence_rows`` row's numbers are read at: "mean over seeds 0, 1 and 2", or "seed 0"."""
+    return f"mean over seeds {row['seeds']}" if " and " in row["seeds"] else f"seed {row['seeds']}"
 
 
 def plot_convergence(longer: dict, R: int, metric: str, labels: dict, title: str, ylabel: str,
@@ -202,10 +213,10 @@ def show_convergence(chapter: str, grid: dict, metric: str, labels: dict, title:
               "records them first)")
         return rows
     records = [r for recs in (*reference.values(), *longer.values()) for r in recs]
-    show_table(rows, records, "reference", test_set, note=f"{title}; {metric} at the last evaluation (%); gap in "
-                                                          "points", state_floor=True)
+    show_table(rows, records, "reference", test_set, state_floor=True,
+               note=f"{title}; {metric} at the last evaluation (%), {averaged_over(rows[0])}; gap in points")
     print("\n".join(convergence_verdict(rows)))
     print(margins_line(chapter, reference, longer, metric, rows))
     R = next(cfgs[0].rounds for cfgs in grid.values()) // 3
-    plot_convergence(longer, R, metric, labels, title, ylabel, local_test=local_test)
+    plot_convergence(longer, R, metric, labels, f"{title}, seed 0", ylabel, local_test=local_test)
     return rows

@@ -37,13 +37,24 @@ def fmt_of(records: list[dict], metric: str = "personal_local_acc", last: int = 
     return fmt(found) if found else "-"
 
 
-def convergence_gap(reference: list[dict], longer: dict, metric: str) -> dict:
-    """The reference run of seed 0 against the same config at more rounds: {"reference": %, "longer": %,
-    "rounds": (R, 3R), "gap": longer - reference (points), "spread": the reference's std over seeds (points)}."""
-    seed0 = next(r for r in reference if int(r["seed"]) == 0)
-    ref, far = 100 * seed0["final"][metric], 100 * longer["final"][metric]
-    return {"reference": ref, "longer": far, "rounds": (seed0["config"]["rounds"], longer["config"]["rounds"]),
-            "gap": far - ref, "spread": 100 * mean_std(reference, metric)[1] if len(reference) > 1 else np.nan}
+def convergence_gap(reference: list[dict], longer: list[dict], metric: str) -> dict | None:
+    """The reference runs against the same config at more rounds, paired over the seeds that have both (None: no
+    seed has both): {"seeds": [...], "reference": mean %, "longer": mean %, "rounds": (R, 3R), "gaps": {seed:
+    longer - reference (points)}, "gap": their mean, "spread": the reference's std over all its seeds (points)}."""
+    at_reference = {int(r["seed"]): r for r in reference}
+    at_longer = {int(r["seed"]): r for r in longer}
+    seeds = sorted(set(at_reference) & set(at_longer))
+    if not seeds:
+        return None
+    ref = {s: 100 * at_reference[s]["final"][metric] for s in seeds}
+    far = {s: 100 * at_longer[s]["final"][metric] for s in seeds}
+    gaps = {s: far[s] - ref[s] for s in seeds}
+    first = seeds[0]
+    return {"seeds": seeds, "reference": float(np.mean(list(ref.values()))),
+            "longer": float(np.mean(list(far.values()))),
+            "rounds": (at_reference[first]["config"]["rounds"], at_longer[first]["config"]["rounds"]),
+            "gaps": gaps, "gap": float(np.mean(list(gaps.values()))),
+            "spread": 100 * mean_std(reference, metric)[1] if len(reference) > 1 else np.nan}
 
 
 def provenance(records: list[dict]) -> dict:
