@@ -151,6 +151,40 @@ def test_margin_stability_reads_the_committed_paper_records_cut_at_each_round():
         assert rows[0][f"verdict at round {R}"].startswith(verdict_of(per_seed).outcome)
 
 
+def test_raising_the_budget_is_projected_at_the_recorded_rate_per_local_step(monkeypatch, tmp_path):
+    """The cost of recording a chapter's reference grid at 3x its rounds: each config's 3x local steps at its
+    method's recorded seconds per step (a method with no record: every record's median); the convergence table
+    (already at 3x) is not part of it."""
+    from fedlib import results
+    from fedlib.experiment import make_config
+    from fedlib.studies.convergence import raising_cost, raising_text
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+
+    def cfg(method, seed):
+        return make_config(method=method, dataset="digits", partition={"name": "dirichlet", "alpha": 0.5},
+                           num_clients=4, rounds=2, local_epochs=1, batch_size=32, lr=0.05, seed=seed)
+
+    def write(c, wall, device):
+        row = {"round": c.rounds, "acc": 0.5}
+        results.write({"config": c.flat(), "key": c.key(), "seed": c.seed, "scale": "reference", "history": [row],
+                       "final": row, "wall_time_s": wall, "device": device}, "sixth", tmp_path)
+
+    write(cfg("fedavg", 0), 360.0, "cpu (AMD EPYC with AVX-512, x86_64, 1 threads, torch 2.14.1)")
+    write(cfg("fedprox", 0), 720.0, "cpu (x86_64, 1 threads, torch 2.14.1)")
+    write(cfg("fedper", 0), 9e6, "cpu (AMD EPYC, x86_64, 1 threads, torch 2.14.1)")   # the convergence table's
+    tables = {"comparison": {"fedavg": [cfg("fedavg", 0), cfg("fedavg", 1)], "fedprox": [cfg("fedprox", 0)]},
+              "convergence": {"fedper": [cfg("fedper", 0)]}}
+    cost = raising_cost("sixth", tables)
+    # 3x the steps at the recorded seconds per step: FedAvg 3 x 360 at seed 0 and (not recorded, its method's rate)
+    # at seed 1, FedProx 3 x 720: 4,320 s = 1.2 process-hours
+    assert cost == {"runs": 3, "hours": pytest.approx(1.2), "devices": ["AMD EPYC", "an unnamed x86_64 CPU"],
+                    "factor": 3}
+    assert "(3 runs) again at that budget: about 1.2 process-hours" in raising_text(cost)
+    assert "(about 0.6 hours on 2 cores)" in raising_text(cost)
+    assert raising_cost("seventh", tables) is None and raising_text(None) == ""
+
+
 def test_convergence_rows_compare_the_reference_endpoint_with_3x_and_the_paper():
     from fedlib.studies import fedgpa
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from fedlib.plots import chance_line, floor_line
-from fedlib.studies.grid import stored_grid
+from fedlib.studies.grid import projected_hours, recording_order, stored_grid
 from fedlib.studies.report import convergence_gap, majority_floor
 from fedlib.studies.verdicts import listed, verdict_of
 
@@ -111,6 +111,15 @@ def settle_bound(row: dict) -> float:
     return max(1.0, spread if spread == spread else 0.0)
 
 
+def moves(row: dict) -> bool:
+    """Does a ``convergence_rows`` row's endpoint still move: its gap beyond 1 point or the seed spread?"""
+    return abs(row_gap(row)) > settle_bound(row)
+
+
+def still_moving(rows: list[dict]) -> bool:
+    return any(moves(row) for row in rows)
+
+
 def convergence_clause(rows: list[dict], margins: tuple[dict, dict] = ({}, {})) -> str:
     """The reference budget's convergence in a clause for a verdict note: settled, or which methods still move and by
     how much (the mean gap over the rows' seeds), and how the paper's method's margin over its main baseline moves
@@ -118,7 +127,7 @@ def convergence_clause(rows: list[dict], margins: tuple[dict, dict] = ({}, {})) 
     intervals where ``margins`` (``budget_margins``) pairs two seeds or more, else from the rows' means."""
     if not rows:
         return "convergence not yet recorded"
-    moving = [f"{row['method']} {row_gap(row):+.2f}" for row in rows if abs(row_gap(row)) > settle_bound(row)]
+    moving = [f"{row['method']} {row_gap(row):+.2f}" for row in rows if moves(row)]
     if not moving:
         return "converged (each 3x run within 1 point or the seed spread)"
     rounds = budget_rounds(rows[0])
@@ -157,10 +166,45 @@ def convergence_verdict(rows: list[dict]) -> list[str]:
         gap, bound = row_gap(row), settle_bound(row)
         out.append(f"{row['method']}: {gap:+.2f} points from the reference budget to 3x its rounds "
                    f"({averaged_over(row)}): "
-                   + ("settled (within 1 point or the seed spread)" if abs(gap) <= bound else
+                   + ("settled (within 1 point or the seed spread)" if not moves(row) else
                       f"still moving (beyond {bound:.2f} points): the reference scale does not give this method's "
                       "converged accuracy; its verdicts rest on margins at equal budgets"))
     return out
+
+
+def raising_cost(chapter: str, tables: dict, factor: int = 3) -> dict | None:
+    """What the remedy for an unconverged budget costs: the chapter's reference ``tables`` (``tables("reference")``;
+    its convergence table aside) recorded at ``factor`` times their rounds, projected at its committed runs' rate
+    per local step on the CPU (``grid.projected_hours``): {"runs", "hours" (process-hours), "devices"}; None before
+    any record on a CPU."""
+    from fedlib import results
+
+    configs = recording_order({name: grid for name, grid in tables.items() if name != "convergence"})
+    hits = results.lookup(chapter, configs, results.RESULTS)
+    longer = [dataclasses.replace(c, rounds=c.rounds * factor) for c in configs]
+    hours = projected_hours(configs, hits, longer, "cpu")
+    if hours is None:
+        return None
+    devices = sorted({processor(h.record["device"]) for h in hits
+                      if h is not None and str(h.record.get("device", "")).startswith("cpu")})
+    return {"runs": len(configs), "hours": hours, "devices": devices, "factor": factor}
+
+
+def processor(device: str) -> str:
+    """The processor a record's CPU ``device`` names ("cpu (AMD EPYC with AVX-512, x86_64, ...)" -> "AMD EPYC"); "an
+    unnamed x86_64 CPU" for the early records that name only the architecture."""
+    first = device.removeprefix("cpu (").split(", ")[0].split(" with ")[0]
+    return f"an unnamed {first} CPU" if first in ("x86_64", "aarch64") else first
+
+
+def raising_text(cost: dict | None, cores: int = 2) -> str:
+    """``raising_cost`` in a sentence for the convergence section ('' without records)."""
+    if cost is None:
+        return ""
+    return (f"Raising the budget to {cost['factor']}x its rounds means recording the chapter's reference grid "
+            f"({cost['runs']} runs) again at that budget: about {cost['hours']:.1f} process-hours at the committed "
+            f"runs' rate per local step on {listed(cost['devices'])} (about {cost['hours'] / cores:.1f} hours on "
+            f"{cores} cores). This book has not done that; its reference verdicts compare methods at equal budgets.")
 
 
 def averaged_over(row: dict) -> str:
@@ -200,10 +244,11 @@ def plot_convergence(longer: dict, R: int, metric: str, labels: dict, title: str
 
 
 def show_convergence(chapter: str, grid: dict, metric: str, labels: dict, title: str, ylabel: str, test_set: str,
-                     local_test: bool = False) -> list[dict]:
+                     local_test: bool = False, tables: dict | None = None) -> list[dict]:
     """A notebook's convergence section in one call: the table of ``convergence_rows`` from the chapter's committed
-    records (its provenance and floor), one line per method from ``convergence_verdict`` and the curves; or a line
-    saying the runs are not recorded yet. Returns the rows."""
+    records (its provenance and floor), one line per method from ``convergence_verdict``, where a method still
+    moves what raising the budget of its reference ``tables`` would cost (``raising_cost``), and the curves; or a
+    line saying the runs are not recorded yet. Returns the rows."""
     from fedlib.studies.report import show_table
 
     reference, longer = convergence_runs(chapter, grid)
@@ -217,6 +262,8 @@ def show_convergence(chapter: str, grid: dict, metric: str, labels: dict, title:
                note=f"{title}; {metric} at the last evaluation (%), {averaged_over(rows[0])}; gap in points")
     print("\n".join(convergence_verdict(rows)))
     print(margins_line(chapter, reference, longer, metric, rows))
+    if tables is not None and still_moving(rows):
+        print(raising_text(raising_cost(chapter, tables)))
     R = next(cfgs[0].rounds for cfgs in grid.values()) // 3
     plot_convergence(longer, R, metric, labels, f"{title}, seed 0", ylabel, local_test=local_test)
     return rows

@@ -236,8 +236,15 @@ class Chapter:
         """The convergence section in one call (``convergence.show_convergence`` on this chapter's 3x runs)."""
         from fedlib.studies.convergence import show_convergence
 
-        return show_convergence(self.name, self.study.tables("reference")["convergence"], metric, self.study.LABELS,
-                                title, ylabel, test_set, local_test=local_test)
+        tables = self.study.tables("reference")
+        return show_convergence(self.name, tables["convergence"], metric, self.study.LABELS, title, ylabel, test_set,
+                                local_test=local_test, tables=tables)
+
+    def raising_line(self) -> str:
+        """What raising the reference budget to 3x its rounds would cost this chapter (``convergence.raising_text``)."""
+        from fedlib.studies.convergence import raising_cost, raising_text
+
+        return raising_text(raising_cost(self.name, self.study.tables("reference")))
 
 
 CHAPTERS: dict[str, Chapter] = {}
