@@ -24,7 +24,12 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     set_runtime,
     with_seeds,
 )
-from fedlib.studies.convergence import averaged_over, convergence_verdict, margins_line, still_moving  # noqa: F401  (the notebook reads them here)
+from fedlib.studies.convergence import (  # noqa: F401  (the notebook reads them here)
+    averaged_over,
+    convergence_verdict,
+    margins_line,
+    still_moving,
+)
 from fedlib.studies.grid import Scales
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import local, majority_floor
