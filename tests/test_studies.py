@@ -642,6 +642,7 @@ def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_th
         convergence_rows,
         convergence_runs,
         convergence_verdict,
+        margins_line,
         margins_text,
     )
 
@@ -693,6 +694,9 @@ def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_th
         "FedPRP's margin over "
         "FedAvg, paired over seeds 0, 1 and 2: +10.50 [+9.26, +11.74] at round 50 (ahead), +14.93 [+13.50, +16.37] at "
         "round 150 (ahead): the same order; the verdicts compare methods at equal budgets")
+    named = [dict(rows[0], method="pFedCSPC"), rows[1]]   # a name that starts in lower case keeps it
+    assert margins_line("fedprp", *convergence_runs("fedprp", grid), "a_loc", named).startswith(
+        "pFedCSPC's margin over FedAvg, paired over seeds 0, 1 and 2: +10.50")
     at_r = {0: 10.0, 1: 10.5, 2: 11.0}
     noisy = margins_text((at_r, {0: -0.4, 1: -0.9, 2: -0.4}), (50, 150), "A", "B")   # -0.57 +- 0.72
     assert noisy.endswith("-0.57 [-1.28, +0.15] at round 150 (not separated): the mean margin changes sign, within "

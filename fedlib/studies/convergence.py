@@ -153,7 +153,7 @@ def margins_line(chapter: str, reference: dict, longer: dict, metric: str, rows:
         return "the margin at both budgets needs both methods' 3x runs"
     text = margins_text(budget_margins(reference, longer, metric), budget_rounds(rows[0]), rows[0]["method"],
                         rows[1]["method"])
-    return (text[0].upper() + text[1:] + " (95% t-intervals)" if text else
+    return (text + " (95% t-intervals)" if text else
             "the margin at both budgets, paired by seed, waits for the 3x runs of seeds 1 and 2 "
             f"(`python -m fedlib records {chapter} --scale reference --tables convergence`)")
 
