@@ -37,7 +37,7 @@ from fedlib.experiment import Config, make_config
 from fedlib.studies.common import RUNTIME, method_labels, with_seeds
 from fedlib.studies.grid import Scales, stored_grid, with_diverged
 from fedlib.studies.registry import register_chapter
-from fedlib.studies.report import fmt, local
+from fedlib.studies.report import fmt, local, per_seed
 from fedlib.studies.verdicts import Claim
 
 METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "fedproto", "ditto", "fedrep", "fedpac",
@@ -144,11 +144,6 @@ def tuning_grid(scale: str) -> dict:
     return {(kind, m, lr, v): [config(m, kind, scale, lr, v, heldout=True)]
             for kind in PARTITIONS for m in METHODS
             for lr, v in itertools.product(SCALES[scale]["lr_grid"], knob_values(m, scale))}
-
-
-def per_seed(records: list[dict], metric: str = METRIC) -> dict[int, float]:
-    """{seed: the last-round value of ``metric`` (%)} (no best-round picking)."""
-    return {int(r["seed"]): 100 * r["final"][metric] for r in records if r["final"].get(metric) is not None}
 
 
 def last_round_stats(records: list[dict], metric: str = METRIC) -> tuple[float, float, int]:

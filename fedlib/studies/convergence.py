@@ -10,7 +10,7 @@ import dataclasses
 
 from fedlib.plots import chance_line, floor_line
 from fedlib.studies.grid import projected_hours, recording_order, stored_grid
-from fedlib.studies.report import convergence_gap, majority_floor
+from fedlib.studies.report import convergence_gap, majority_floor, per_seed
 from fedlib.studies.verdicts import listed, verdict_of
 
 
@@ -59,8 +59,7 @@ def budget_margins(reference: dict, longer: dict, metric: str) -> tuple[dict, di
     if len(reference) < 2:
         return {}, {}
     own, base = list(reference)[:2]
-    ends = [{int(r["seed"]): 100 * r["final"][metric] for r in runs.get(label, [])}
-            for runs in (reference, longer) for label in (own, base)]
+    ends = [per_seed(runs.get(label, []), metric) for runs in (reference, longer) for label in (own, base)]
     seeds = sorted(set.intersection(*(set(e) for e in ends)))
     return ({s: ends[0][s] - ends[1][s] for s in seeds}, {s: ends[2][s] - ends[3][s] for s in seeds})
 

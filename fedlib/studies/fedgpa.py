@@ -542,13 +542,14 @@ def convergence_rows(reference: dict, longer: dict, paper: dict) -> list[dict]:
     (the committed paper-scale records' mean over the same seeds, where each of them has one).
     ``reference``/``longer``/``paper``: {method: records}."""
     from fedlib.studies.convergence import convergence_rows as rows_of
+    from fedlib.studies.report import per_seed
 
     rows = rows_of({m: reference.get(m, []) for m in CONVERGENCE}, longer, METRIC, LABELS)
     by_label = {LABELS[m]: m for m in CONVERGENCE}
     out = []
     for row in rows:
         m = by_label[row["method"]]
-        seeds = {int(r["seed"]) for r in reference[m]} & {int(r["seed"]) for r in longer[m]}
+        seeds = set(per_seed(reference[m], METRIC)) & set(per_seed(longer[m], METRIC))   # the row's paired seeds
         at_150 = {int(r["seed"]): value_at(r, 150) for r in paper.get(m, []) if int(r["seed"]) in seeds}
         full = (None if set(at_150) != seeds or None in at_150.values() else
                 round(float(np.mean(list(at_150.values()))), 2))

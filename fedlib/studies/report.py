@@ -37,22 +37,24 @@ def fmt_of(records: list[dict], metric: str = "personal_local_acc", last: int = 
     return fmt(found) if found else "-"
 
 
+def per_seed(records: list[dict], metric: str = "personal_local_acc") -> dict[int, float]:
+    """{seed: the last-round value of ``metric`` (%)} (no best-round picking)."""
+    return {int(r["seed"]): 100 * r["final"][metric] for r in records if r["final"].get(metric) is not None}
+
+
 def convergence_gap(reference: list[dict], longer: list[dict], metric: str) -> dict | None:
     """The reference runs against the same config at more rounds, paired over the seeds that have both (None: no
     seed has both): {"seeds": [...], "reference": mean %, "longer": mean %, "rounds": (R, 3R), "gaps": {seed:
     longer - reference (points)}, "gap": their mean, "spread": the reference's std over all its seeds (points)}."""
-    at_reference = {int(r["seed"]): r for r in reference}
-    at_longer = {int(r["seed"]): r for r in longer}
-    seeds = sorted(set(at_reference) & set(at_longer))
+    ref, far = per_seed(reference, metric), per_seed(longer, metric)
+    seeds = sorted(set(ref) & set(far))
     if not seeds:
         return None
-    ref = {s: 100 * at_reference[s]["final"][metric] for s in seeds}
-    far = {s: 100 * at_longer[s]["final"][metric] for s in seeds}
     gaps = {s: far[s] - ref[s] for s in seeds}
-    first = seeds[0]
-    return {"seeds": seeds, "reference": float(np.mean(list(ref.values()))),
-            "longer": float(np.mean(list(far.values()))),
-            "rounds": (at_reference[first]["config"]["rounds"], at_longer[first]["config"]["rounds"]),
+    rounds = tuple(next(r["config"]["rounds"] for r in records if int(r["seed"]) == seeds[0])
+                   for records in (reference, longer))
+    return {"seeds": seeds, "reference": float(np.mean([ref[s] for s in seeds])),
+            "longer": float(np.mean([far[s] for s in seeds])), "rounds": rounds,
             "gaps": gaps, "gap": float(np.mean(list(gaps.values()))),
             "spread": 100 * mean_std(reference, metric)[1] if len(reference) > 1 else np.nan}
 
