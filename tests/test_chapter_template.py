@@ -18,7 +18,7 @@ def test_the_template_holds_the_shared_skeleton_one_call_each():
     assert [c.metadata.get("tags") for c in nb.cells if c.cell_type == "code"][0] == ["parameters"]
     for call in ('open_chapter("mypaper", scale, device, executor)', "study.protocol(scale)",
                  "study.hyperparameters(scale)", "study.headline_runs(scale)", "study.show_paper_scale()",
-                 "study.close(claims, scale"):
+                 "study.close({study.headline_name(scale): runs}, scale"):
         assert sum(call in c for c in code) == 1, call
     assert "import mypaper" not in "".join(code)     # a chapter inside fedlib is imported by the registry
     assert "import mypaper  #" in template.notebook("mypaper", "My paper", outside=True).cells[2].source

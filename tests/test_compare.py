@@ -79,9 +79,11 @@ def test_the_books_hypotheses_compare_the_best_paper_method_with_the_best_baseli
     runs = {(kind, m): [record(s, 70.0 + s + (shift if m in compare.PAPERS else 0.0) + (0.1 * i))
                         for s in range(3)]
             for kind in compare.PARTITIONS for i, m in enumerate(compare.METHODS)}
-    claims = compare.verdicts(runs, "reference")
-    assert len(claims) == 3 and all(c.hypothesis for c in claims)
-    assert {c.verdict.outcome for c in claims} == {"holds" if papers_ahead else "does not hold"}
+    from fedlib.studies.registry import study
+
+    found = study("compare").assess("reference", {"comparison": runs})
+    assert len(found) == 3 and all(a.claim.hypothesis for a in found)
+    assert {a.outcome for a in found} == {"holds" if papers_ahead else "does not hold"}
 
 
 def test_recorded_tuning_chooses_the_comparison_and_the_convergence_runs(tmp_path, monkeypatch):
@@ -118,12 +120,12 @@ def test_recorded_tuning_chooses_the_comparison_and_the_convergence_runs(tmp_pat
     assert ("dominant", "ditto") not in compare.tables("reference")["mnist_check"]
 
 
-def test_recorded_hypotheses_wait_for_every_comparison_run_and_count_a_diverged_seed_as_recorded(tmp_path,
-                                                                                                   monkeypatch):
-    """Made-up tuning and comparison records (FedGPA 2 points above every baseline on every seed): no verdict while a
-    comparison run is missing; once that run is recorded as diverged, each partition's hypothesis is decided on the
-    seeds every method has (the diverged one left out of the means)."""
+def test_recorded_hypotheses_pair_the_seeds_each_comparison_has(tmp_path, monkeypatch):
+    """Made-up tuning and comparison records (FedGPA 2 points above every baseline on every seed):
+    each partition's hypothesis holds; a comparison run recorded as diverged leaves that comparison its other seeds
+    (two: a partial check, never counted as complete)."""
     from fedlib import results
+    from fedlib.studies.registry import study
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
 
@@ -140,70 +142,10 @@ def test_recorded_hypotheses_wait_for_every_comparison_run_and_count_a_diverged_
         for cfg in cfgs:
             if cfg is not missing:
                 write(cfg, 0.70 + 0.02 * (m == "fedgpa") + 0.01 * cfg.seed)
-    assert compare.recorded_claims("reference") is None
     results.write_diverged(missing, "loss became nan", "compare", "reference", tmp_path)
-    claims, note = compare.recorded_claims("reference")
-    assert [c.hypothesis for c in claims] == [True] * 3 and "seeds [0, 1, 2]" in note
-    assert [sorted(c.margins) for c in claims] == [[0, 1, 2], [0, 2], [0, 1, 2]]   # long tail: FedPAC lacks seed 1
-    assert all(c.verdict.mean == pytest.approx(2.0) for c in claims)
-
-
-def test_a_tuning_rate_that_diverges_scores_nothing_and_is_shown_as_diverged():
-    from fedlib.studies.report import records_in
-
-    diverged = {"config": {}, "key": "k", "seed": 0, "diverged": "loss became nan", "final": {}, "history": []}
-    tuning = {("dirichlet", "local", 0.03, None): [{**record(0, 60.0), "config": {}}],
-              ("dirichlet", "local", 0.1, None): [diverged]}
-    chosen = compare.choose(tuning)
-    assert chosen == {("dirichlet", "local"): (0.03, None)}
-    (row,) = compare.tuning_rows(tuning, chosen)
-    assert row["lr 0.03"] == "60.00" and row["lr 0.1"] == "diverged" and row["chosen"] == "lr 0.03"
-    assert records_in(tuning) == [tuning[("dirichlet", "local", 0.03, None)][0]]
-
-
-def test_a_diverged_run_is_recorded_as_such_skipped_next_time_and_scores_nothing_in_the_tuning(tmp_path, monkeypatch,
-                                                                                                 capsys):
-    """The records command keeps a deterministic divergence (results/<chapter>/diverged/<key>.json: config and
-    message, no metrics, not a record) and does not train it again; the side-by-side tuning reads such a rate as
-    one that scores nothing, so its cell still chooses."""
-    from fedlib import results
-    from fedlib.experiment import make_config
-    from fedlib.studies.grid import record_grid
-
-    monkeypatch.setattr(results, "RESULTS", tmp_path)
-    bad = make_config(method="fedavg", dataset="digits", partition={"name": "iid"}, num_clients=4, rounds=2,
-                      local_epochs=1, batch_size=32, lr=1e6)
-    first = record_grid([bad], "demo", workers=1, device="cpu", executor="sequential", root=tmp_path,
-                        cache_dir=tmp_path / "cache", scale="reference")
-    assert first["failed"] == 1 and results.diverged_keys("demo", tmp_path) == {bad.key()}
-    assert results.load("demo", tmp_path) == []   # no record
-    again = record_grid([bad], "demo", workers=1, device="cpu", executor="sequential", root=tmp_path,
-                        cache_dir=tmp_path / "cache", scale="reference")
-    assert again["failed"] == 0 and again["skipped"] == 1 and "1 recorded as diverged" in capsys.readouterr().out
-    # the tuning: every point of one cell recorded but lr 0.3, which diverged
-    tuning = compare.tuning_grid("reference")
-    cell = {k: cfgs for k, cfgs in tuning.items() if k[:2] == ("dirichlet", "local")}
-    for (_, _, lr, _), (cfg,) in cell.items():
-        if lr == 0.3:
-            results.write_diverged(cfg, "loss became nan", "compare", "reference", tmp_path)
-        else:
-            row = {"round": cfg.rounds, "personal_local_acc": 0.5 + lr}
-            results.write({"config": cfg.flat(), "key": cfg.key(), "seed": 0, "scale": "reference", "history": [row],
-                           "final": row}, "compare", tmp_path)
-    assert compare.recorded_choice("reference") == {("dirichlet", "local"): (0.1, None)}
-
-
-def test_the_mnist_check_compares_the_two_orders_by_kendalls_tau_worked_by_hand():
-    """FMNIST orders FedGPA > FedAvg > Local, MNIST FedGPA > Local > FedAvg: of the three pairs two keep their order
-    and one swaps, so tau = (2 - 1) / 3; FedGPA is the best on both."""
-    fmnist = {(compare.CHECK_PARTITION, "fedgpa"): [record(s, 80.0 + s) for s in range(3)],
-              (compare.CHECK_PARTITION, "fedavg"): [record(s, 70.0 + s) for s in range(3)],
-              (compare.CHECK_PARTITION, "local"): [record(s, 60.0 + s) for s in range(3)]}
-    mnist = {(compare.CHECK_PARTITION, "fedgpa"): [record(s, 95.0) for s in range(3)],
-             (compare.CHECK_PARTITION, "fedavg"): [record(s, 90.0) for s in range(3)],
-             (compare.CHECK_PARTITION, "local"): [record(s, 92.0) for s in range(3)]}
-    best, tau, papers = compare.check_lines(fmnist, mnist)
-    assert "the best on FMNIST is FedGPA (81.00), on MNIST FedGPA (95.00); FMNIST's best is number 1" in best
-    assert f"{(2 - 1) / 3:+.2f}" in tau
-    assert papers.endswith("FedGPA 1 -> 1")
-    assert compare.check_lines(fmnist, {}) == []   # nothing recorded on MNIST yet: no sentence
+    found = {a.claim.id: a for a in study("compare").assess("reference")}
+    assert [a.outcome for a in found.values()] == ["holds"] * 3
+    assert not found["papers_ahead_long_tail"].complete and found["papers_ahead_dominant"].complete
+    short = [c for c in found["papers_ahead_long_tail"].decision.compared if c.n == 2]
+    assert {c.minus for c in short} == {"fedpac"} and len(short) == len(compare.PAPERS)
+    assert next(c for c in short if c.plus == "fedgpa").mean == pytest.approx(2.0)

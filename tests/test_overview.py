@@ -1,42 +1,60 @@
-"""The results overview reads what the chapters leave: headline rows as given, verdicts counted per chapter."""
-import dataclasses
-
+"""The results overview: every claim from the chapters' declarations and committed records, counted per chapter;
+headline rows and a page's own smoke runs as the chapters leave them."""
 import fedlib.experiment as experiment
 from fedlib.studies import common, overview
-from fedlib.studies.common import Claim
+from fedlib.studies.claims import Claim, assess, verdict, versus
 
 
-def test_summaries_round_trip_and_verdicts_are_counted(tmp_path, monkeypatch):
+def rec(seed: int, value: float) -> dict:
+    return {"seed": seed, "history": [{"round": 1, "acc": value / 100}]}
+
+
+def made_up(name: str, plus, minus, hypothesis: bool = False) -> Claim:
+    return Claim(name, f"claim {name}", "words", "Table 1", (versus("t", "ours", ["rival"], "acc"),), "p", None, 0.5,
+                 "r", hypothesis=hypothesis)
+
+
+def verdict_of(name: str, ours, rival, scale: str = "reference", hypothesis: bool = False):
+    c = made_up(name, ours, rival, hypothesis)
+    evidence = {"t": {"ours": [rec(s, v) for s, v in enumerate(ours)],
+                      "rival": [rec(s, v) for s, v in enumerate(rival)]}}
+    return verdict(c, {scale: assess(c, evidence, scale)})
+
+
+def test_summaries_round_trip_and_a_pages_own_runs_are_counted_apart(tmp_path, monkeypatch):
     monkeypatch.setattr(experiment, "DEFAULT_CACHE", tmp_path)
     rows = [{"method": "FedAvg", "ours (book)": "70.00 ± 1.00", "paper": 86.71}]
     common.save_summary("fedgpa", "book", headline=("Table 2", rows))
-    claims = [Claim("a", "p", "o", True, margins={0: 2.0, 1: 2.2, 2: 1.8}),      # interval [1.50, 2.50]
-              Claim("b", "p", "o", False, margins={0: -2.0, 1: -2.2, 2: -1.8}),
-              Claim("c", "p", "o", None), Claim("d", "p", "o", True, "n", margins={0: 1.0}),   # one seed
-              Claim("e", "p", "o", True, margins={0: 1.0, 1: -1.0, 2: 0.5}), Claim("f", "p", "o", False)]
-    common.save_summary("fedgpa", "book", claims=claims, scale_note="scale book")
+    smoke = [verdict_of("a", [82, 83, 84], [80, 80, 80]).deciding, verdict_of("b", [82, 80, 84], [80, 81, 80]).deciding]
+    common.save_summary("fedgpa", "book", claims=smoke, scale_note="scale book")
     (tmp_path / "summaries" / "fedpcl-book.json").write_text("{broken")   # unreadable: treated as not run
     found = overview.summaries("book")
     assert set(found) == {"fedgpa"}
-    assert found["fedgpa"]["headline"] == {
-        "title": "Table 2",
-        "rows": rows,
-        "provenance": "scale book; no runs",
-        "floors": [],
-    }  # the second save kept the first's part
-    assert overview.verdict_counts(found["fedgpa"]) == {"hold": 1, "do not hold": 1, "inconclusive": 3,
-                                                         "not checked": 1}
+    assert found["fedgpa"]["headline"]["rows"] == rows   # the second save kept the first's part
+    assert overview.smoke_counts(found["fedgpa"])["holds"] == 1
+    assert overview.smoke_counts(found["fedgpa"])["inconclusive"] == 1
     table = overview.chapters_table(found, "book")
     assert list(table["chapter"]) == list(overview.titles().values())
-    assert table.iloc[0]["claims that hold"] == 1 and table.iloc[0]["inconclusive"] == 3
     assert table.iloc[1]["run"] == "not run at scale book"
-    verdicts = list(overview.claims_table(found["fedgpa"])["verdict"])
-    assert verdicts[0] == "holds at 3 seeds (margin +2.00, 95% CI [+1.50, +2.50])"
-    assert verdicts[1].startswith("does not hold at 3 seeds") and verdicts[2] == "not checked"
-    assert verdicts[3] == "inconclusive at 1 seed (margin +1.00, no interval)"
-    assert verdicts[5].startswith("inconclusive (point verdict on the means: does not hold")
-    assert overview.claims_table(found["fedgpa"]).iloc[3]["ours"] == "o (n)"
+    assert list(overview.smoke_claims_table(found["fedgpa"])["on this page's runs"]) == ["holds", "inconclusive"]
     assert overview.headline_table(found["fedgpa"]).to_dict("records") == rows
+
+
+def test_the_overview_counts_each_claim_once_and_never_a_hypothesis():
+    found = {"fedgpa": [verdict_of("a", [82, 83, 84], [80, 80, 80]), verdict_of("b", [78, 77, 79], [80, 80, 80]),
+                        verdict_of("c", [82, 80, 84], [80, 81, 80]),
+                        verdict_of("h", [82, 83, 84], [80, 80, 80], hypothesis=True)],
+             "fedprp": [verdict_of("d", [82, 83, 84], [80, 80, 80], scale="book")]}   # book scale decides nothing
+    counts = overview.outcome_counts(found)
+    assert counts["FedGPA"]["holds"] == 1 and counts["FedGPA"]["does not hold"] == 1
+    assert counts["FedGPA"]["inconclusive"] == 1 and counts["FedPRP"]["not checked"] == 1
+    assert overview.decided_sentence(found) == ("Over 2 chapters, 2 of 4 claims are decided at the scale that decides "
+                                                "each: 1 holds, 1 does not hold, 1 inconclusive, 1 not checked.")
+    table = overview.claims_table(found)
+    assert list(table["claim"])[-1] == "claim h (a hypothesis of this book)"   # hypotheses after the claims
+    first = table.iloc[0]
+    assert first["outcome"] == "holds" and first["margin [interval]"] == "+3.00 [+1.31, +4.69]"
+    assert first["scale"] == "reference" and first["seeds"] == 3 and first["looks"] == 1
 
 
 def test_headline_tables_keep_their_provenance_and_label_columns(tmp_path, monkeypatch):
@@ -68,108 +86,3 @@ def test_the_overview_states_a_headline_tables_own_floor_and_marks_cells_at_or_b
     assert "majority floor: 85.0%" in table._repr_html_() and "uniform guess" not in table._repr_html_()
 
 
-def test_recorded_scales_are_counted_apart_from_the_books_own_runs(tmp_path, monkeypatch):
-    monkeypatch.setattr(experiment, "DEFAULT_CACHE", tmp_path)
-    held = Claim("a", "p", "o", True, margins={0: 2.0, 1: 2.2, 2: 1.8})
-    failed = Claim("b", "p", "o", False, margins={0: -2.0, 1: -2.2, 2: -1.8})
-    common.save_summary("fedgpa", "reference", claims=[held, failed], scale_note="reference scale, Settings [1]")
-    common.save_summary("fedgpa", "book", claims=[held, held, held])   # never counted in the recorded table
-    table = overview.recorded_claims_table().set_index("chapter")
-    assert table.loc["FedGPA", "reference scale"] == ("1 hold, 1 do not hold, 0 inconclusive "
-                                                      "(reference scale, Settings [1])")
-    assert table.loc["FedGPA", "paper scale"] == "-" and table.loc["FedPCL", "reference scale"] == "-"
-
-
-def test_the_overview_counts_each_claim_once_at_the_scale_that_decides_it(tmp_path, monkeypatch):
-    """A claim checked at both recorded scales counts once, at the scale its chapter's verdict box names (a
-    three-seed paper scale over a reference scale; a partial paper-scale check under a whole reference one); a
-    hypothesis of the book is never counted; chapters with no recorded verdict are left out."""
-    monkeypatch.setattr(experiment, "DEFAULT_CACHE", tmp_path)
-    three = {0: 1.0, 1: 1.2, 2: 0.9}
-    reference = [Claim("a", "p", "o", False, margins={s: -m for s, m in three.items()}),
-                 Claim("b", "p", "o", True, margins=three), Claim("c", "p", "o", False, margins={0: -1.0, 1: 1.0})]
-    paper = [Claim("a", "p", "o", True, margins=three),
-             Claim("b", "p", "o", False, margins={s: -m for s, m in three.items()}, partial="Setting 1 of 1-3"),
-             Claim("h", "p", "o", True, margins=three, hypothesis=True)]
-    common.save_summary("fedgpa", "reference", claims=reference, scale_note="r")
-    common.save_summary("fedgpa", "paper", claims=paper, scale_note="p")
-    assert overview.best_evidence_outcomes() == {"fedgpa": [("paper", "holds"), ("reference", "holds"),
-                                                            ("reference", "inconclusive")]}
-    assert overview.decided_sentence() == (
-        "Each claim at the scale that decides it (its chapter's verdict box), over 1 chapter: 2 of 3 claims "
-        "decided; 2 hold, 0 do not hold, 1 inconclusive (paper scale 1, reference scale 2).")
-    table = overview.recorded_claims_table().set_index("chapter")
-    assert table.loc["FedGPA", "best evidence"] == "2 hold, 0 do not hold, 1 inconclusive (paper scale 1, " \
-                                                   "reference scale 2)"
-    assert table.loc["FedPRP", "best evidence"] == "-"
-
-
-def test_best_evidence_takes_the_highest_scale_that_checked_each_claim():
-    from fedlib.studies.verdicts import best_evidence, best_evidence_html
-
-    book = [Claim("a", "p", "o book", True, margins={0: 5.0}), Claim("b", "p", "o book", True, margins={0: 1.0})]
-    reference = [Claim("a", "p", "o ref", False, margins={0: -2.0, 1: -2.2, 2: -1.8}),
-                 Claim("b", "p", "o ref", None)]                                   # b was not checked there
-    paper = [Claim("c", "p", "o paper", True, margins={0: 1.0, 1: 1.1, 2: 0.9})]
-    found = best_evidence({"book": book, "reference": reference, "paper": paper})
-    assert [(scale, c.claim, sorted(others)) for scale, c, others in found] == [
-        ("paper", "c", []), ("reference", "a", ["book"]), ("book", "b", ["reference"])]
-    html = best_evidence_html({"book": book, "reference": reference, "paper": paper},
-                              {"book": "scale book", "reference": "R = 10", "paper": "150 rounds"})
-    assert "decided at paper scale: holds 1; reference scale: does not hold 1; book scale: inconclusive 1" in html
-    assert "book: inconclusive at 1 seed (margin +5.00, no interval)" in html
-
-
-def test_one_paper_scale_seed_does_not_outrank_three_reference_scale_seeds():
-    """A one-seed verdict has no interval and can decide nothing: the reference scale's three seeds decide the
-    claim, and the paper-scale seed is shown beside it; with two paper-scale seeds the paper scale decides again,
-    and a one-seed reference verdict never gives way to a three-seed book verdict (book scale tests no claim)."""
-    from fedlib.studies.verdicts import best_evidence
-
-    paper_one = [Claim("a", "p", "o", True, margins={0: 1.0})]
-    reference = [Claim("a", "p", "o", False, margins={0: -2.0, 1: -2.2, 2: -1.8})]
-    ((scale, claim, others),) = best_evidence({"reference": reference, "paper": paper_one})
-    assert scale == "reference" and claim.verdict.outcome == "does not hold" and list(others) == ["paper"]
-    paper_two = [Claim("a", "p", "o", True, margins={0: 1.0, 1: 1.2})]
-    assert best_evidence({"reference": reference, "paper": paper_two})[0][0] == "paper"
-    book = [Claim("a", "p", "o", True, margins={0: 1.0, 1: 1.2, 2: 0.9})]
-    assert best_evidence({"book": book, "reference": [Claim("a", "p", "o", True, margins={0: 1.0})]})[0][0] == \
-        "reference"
-
-
-def test_a_check_of_part_of_a_claims_grid_never_outranks_a_check_of_all_of_it():
-    """Paper scale with Setting 1 of Settings 1-3 recorded: the reference scale's whole check decides, the partial
-    one is shown beside it with its scope, and a decided verdict the other way is named a disagreement; with no
-    whole check at a recorded scale the partial one decides, its scope shown with our numbers."""
-    from fedlib.studies.verdicts import best_evidence, best_evidence_html
-
-    reference = [Claim("a", "p", "o ref", False, margins={0: -3.3, 1: -2.9, 2: -3.8})]
-    paper = [Claim("a", "p", "o paper", True, margins={0: 0.6, 1: 0.4, 2: 0.7},
-                   partial="Setting 1 of Settings 1-3")]
-    ((scale, claim, others),) = best_evidence({"reference": reference, "paper": paper})
-    assert scale == "reference" and claim.verdict.outcome == "does not hold" and list(others) == ["paper"]
-    box = best_evidence_html({"reference": reference, "paper": paper}, {"reference": "R = 10", "paper": "150"})
-    assert "paper (checked on Setting 1 of Settings 1-3 only): holds at 3 seeds" in box
-    assert "the paper scale decides the opposite: the scales disagree" in box
-    ((scale, claim, _),) = best_evidence({"reference": [Claim("a", "p", "o", True, margins={0: 1.0})],
-                                          "paper": paper})
-    assert scale == "paper" and claim.partial
-    alone = best_evidence_html({"paper": paper}, {"paper": "150"})
-    assert "o paper<br><em>checked on Setting 1 of Settings 1-3 only</em>" in alone
-    assert "disagree" not in alone
-
-
-def test_a_hypothesis_of_the_book_is_shown_and_tested_but_never_counted_as_a_claim_of_the_paper():
-    from fedlib.studies.verdicts import best_evidence_html, verdict_html
-
-    claims = [Claim("a", "p", "o", True, margins={0: 1.0, 1: 1.2, 2: 0.9}),
-              Claim("protocol", "p", "o", True, margins={0: 5.0, 1: 6.0, 2: 5.5}, hypothesis=True)]
-    box = verdict_html(claims, "reference scale")
-    assert "holds 1 (of the paper's 1 claim; 1 hypothesis of this book beside them" in box
-    assert "a hypothesis of this book, not a claim of the paper: not counted" in box
-    best = best_evidence_html({"reference": claims}, {"reference": "R = 10"})
-    assert "(1 claim of the paper, and 1 hypothesis of this book; decided at reference scale: holds 1)" in best
-    only = best_evidence_html({"reference": claims[1:]}, {"reference": "R = 10"})   # the side-by-side chapter's case
-    assert "(0 claims of the paper, and 1 hypothesis of this book; none to decide)" in only
-    summary = {"claims": [dataclasses.asdict(c) for c in claims]}
-    assert overview.verdict_counts(summary)["hold"] == 1

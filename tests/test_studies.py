@@ -128,27 +128,24 @@ def test_scales_refuse_missing_scales_and_uneven_keys():
 
 
 def test_margin_stability_reads_the_committed_paper_records_cut_at_each_round():
-    """The first claim's margin at round R is the mean over the paired seeds of min over the read cells of FedGPA
-    minus the best other method, each read straight from the records' history rows of round R; the verdict at the
-    first and last R is the rule on those per-seed margins."""
+    """Each row's margin at round R is its deciding comparison's mean over the seeds it pairs, read straight from the
+    records' history rows of round R (the comparison's two cells, paired by seed)."""
     from fedlib.studies import fedgpa
-    from fedlib.studies.common import stored_grid
-    from fedlib.studies.verdicts import verdict_of
+    from fedlib.studies.claims import differences
 
-    stored = stored_grid("fedgpa", chapters()["fedgpa"].paper_scale_grid())
-    rows, settings, methods, seeds = fedgpa.margin_stability(stored, rounds=(10, 150))
+    rows = fedgpa.margin_stability(rounds=(10, 150))
     if not rows:
-        pytest.skip("no complete setting of current paper-scale records")
-
-    def at(m, st, s, R, seed):
-        rec = next(r for r in stored[(m, st, s)]["records"] if int(r["seed"]) == seed)
-        return 100 * next(h for h in rec["history"] if h["round"] == R)["personal_local_acc"]
-
-    for R in (10, 150):
-        per_seed = [min(at("fedgpa", st, s, R, seed) - max(at(m, st, s, R, seed) for m in methods if m != "fedgpa")
-                        for st in settings for s in (20, 80)) for seed in seeds]
-        assert rows[0][f"margin at round {R}"] == pytest.approx(np.mean(per_seed), abs=0.006)
-        assert rows[0][f"verdict at round {R}"].startswith(verdict_of(per_seed).outcome)
+        pytest.skip("no paper-scale records to cut")
+    chapter = chapters()["fedgpa"]
+    evidence = chapter.evidence("paper")
+    for row in rows:
+        claim = next(c for c in fedgpa.CLAIMS if c.summary == row["claim"])
+        label = row["deciding comparison (round 150)"]
+        comparison = next(c for c in claim.comparisons(evidence, fedgpa.LABELS) if c.label == label)
+        for R in (10, 150):
+            cut = {t: {k: [fedgpa.cut(r, R) for r in recs] for k, recs in cells.items()}
+                   for t, cells in evidence.items()}
+            assert row[f"round {R}"] == pytest.approx(np.mean(list(differences(comparison, cut).values())), abs=0.006)
 
 
 def test_raising_the_budget_is_projected_at_the_recorded_rate_per_local_step(monkeypatch, tmp_path):
@@ -235,7 +232,7 @@ def test_a_chapter_from_outside_the_package_is_registered_and_listed_everywhere(
     assert main(["records", "mypaper", "--scale", "reference", "--device", "cpu", "--deadline", "1e-9"]) == 0
     runs = len(recording_order(fedgpa.tables("reference")))   # the grid it borrowed, every table of it
     assert f"mypaper at scale reference: {runs} configs" in capsys.readouterr().out
-    assert "My paper" in overview.recorded_claims_table()["chapter"].tolist()
+    assert "My paper" in overview.claims_table(overview.recorded_verdicts())["chapter"].tolist()
 
 
 def test_a_chapter_missing_part_of_the_contract_is_refused_by_name(monkeypatch):
@@ -262,8 +259,8 @@ def test_every_listed_claim_names_a_recorded_table_with_runs(chapter):
 
     mod = study(chapter)
     rows = claim_runs(mod, "reference")
-    assert len(rows) == len(mod.CLAIM_TABLES) + len(mod.NOT_OFFLINE)
-    for row in rows[:len(mod.CLAIM_TABLES)]:   # every seed of the first three, and any added after them
+    assert len(rows) == len(mod.CLAIMS) + len(mod.NOT_OFFLINE)
+    for row in rows[:len(mod.CLAIMS)]:   # every seed of the first three, and any added after them
         assert int(row["runs"].split()[0]) > 0 and "seeds [0, 1, 2" in row["runs"]
 
 
@@ -333,127 +330,99 @@ def test_a_chapters_recorded_tables_render_the_committed_records_and_a_dash_wher
                if k not in ("method", "partition") and not k.startswith("paper"))
 
 
-def test_pfedcspc_decides_table_iis_claims_as_soon_as_table_ii_is_complete(tmp_path, monkeypatch):
-    """Committed reference records of Table II only (made up: pFedCSPC a point above the rest in HM, half a point
-    below in Global): its two claims are decided (HM holds; "within 0.5 points of the best" is the boundary, so
-    Global's margin is 0 on every seed); the other tables' claims wait, and the note says which."""
+def write_made_up(chapter: str, scale: str, value, root, metrics, rounds=lambda cfg: (cfg.rounds,), tables=None):
+    """Committed records of every config of ``chapter``'s tables (or ``tables``) at ``scale``: ``value(cfg)`` in
+    every metric of ``metrics`` (None: ``value(cfg)`` is {metric: value}) at each round of ``rounds(cfg)``."""
     from fedlib import results
-    from fedlib.studies import pfedcspc
+    from fedlib.studies.common import recording_order
+    from fedlib.studies.registry import study
+
+    grids = study(chapter).tables(scale)
+    configs = recording_order({t: g for t, g in grids.items() if tables is None or t in tables})
+    for cfg in configs:
+        values = value(cfg) if metrics is None else dict.fromkeys(metrics, value(cfg))
+        rows = [{"round": r, **values} for r in rounds(cfg)]
+        results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": scale, "history": rows,
+                       "final": rows[-1]}, chapter, root)
+    return configs
+
+
+def outcomes_of(chapter: str) -> dict:
+    from fedlib.studies.registry import study
+
+    return {v.claim.id: v for v in study(chapter).verdicts()}
+
+
+def test_pfedcspc_decides_table_iis_claims_as_soon_as_table_ii_is_complete(tmp_path, monkeypatch):
+    """Committed reference records of Table II only (made up: pFedCSPC a point above the rest in HM, 0.3 below in
+    Global, seed noise apart): its two claims are decided (HM holds; Global is within delta, 0.5, of every method:
+    holds too); the claims of the tables that reuse some of Table II's runs are checked in part; the others wait."""
+    from fedlib import results
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
-    assert pfedcspc.recorded_claims("reference") is None
-    for (_, m), configs in pfedcspc.table2_grid("reference").items():
-        for cfg in configs:
-            base = 0.80 + 0.01 * cfg.seed
-            row = {"round": cfg.rounds, "hm": base + (0.01 if m == "pfedcspc" else 0.0),
-                   "acc_global": base - (0.005 if m == "pfedcspc" else 0.0), "i_local": base}
-            results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
-                           "history": [row], "final": row}, "pfedcspc", tmp_path)
-    claims, note = pfedcspc.recorded_claims("reference")
-    assert [c.claim.split(" (Table")[0] for c in claims] == [
-        "pFedCSPC has the best balance of generalization and personalization",
-        "pFedCSPC's global model is (near) the best"]
-    assert claims[0].verdict.outcome == "holds" and claims[0].verdict.mean == pytest.approx(1.0)
-    assert claims[1].verdict.mean == pytest.approx(0.0, abs=1e-9)
-    assert "Table III, Tables IV-V, Tables VI-VII not complete yet: their claims wait" in note
-    assert "seeds 3 and 4 were added to Table II after" in note   # the seeds added after the first look, where recorded
+    assert all(v.outcome == "not checked" for v in outcomes_of("pfedcspc").values())
+
+    def value(cfg):
+        return 0.80 + 0.01 * cfg.seed + 0.0007 * (cfg.seed % 2) * (cfg.method == "pfedcspc")
+
+    def metrics(cfg):   # HM a point above, Global 0.3 below
+        ours = cfg.method == "pfedcspc"
+        return {"i_local": value(cfg), "hm": value(cfg) + 0.01 * ours, "acc_global": value(cfg) - 0.003 * ours}
+
+    write_made_up("pfedcspc", "reference", metrics, tmp_path, None, tables=("table2",))
+    found = outcomes_of("pfedcspc")
+    assert found["best_hm"].outcome == "holds" and found["best_hm"].deciding.looks == 2   # seeds 0-4
+    assert found["global_near_best"].outcome == "holds"
+    # Table III and VII read Table II's runs for some of their rows: checked in part, never complete
+    partial = {"personalizes_best", "fewest_rounds"}
+    assert all(not found[k].deciding.complete for k in partial)
+    assert {k for k, v in found.items() if v.outcome == "not checked"} == {c.id for c in chapters()[
+        "pfedcspc"].claims} - {"best_hm", "global_near_best"} - partial
 
 
-def test_fedgpa_reads_its_claims_from_committed_records_of_complete_settings(tmp_path, monkeypatch):
-    """Records of every reference-scale config (made up: FedGPA a point above the rest, seed-dependent) under a
-    results folder: the claims are computed on the complete settings, with all five seeds (seeds 3 and 4 a second
-    look, which the note says), the ablation and the mu sweep; with one run of Setting 3 missing, Settings 1 and 2
-    are read at all five seeds and Setting 3 waits (the comparison claims then check part of their grid)."""
+def test_fedgpa_reads_its_claims_from_committed_records_seed_by_seed(tmp_path, monkeypatch):
+    """Records of every reference-scale config (made up: FedGPA a point above the rest, seed-dependent): the first
+    claim holds at five seeds, two looks (seeds 3 and 4 added after the first verdict); with one run of Setting 3
+    missing, that cell's comparisons pair the four seeds they have and the claim still holds."""
     import random
 
     from fedlib import results
-    from fedlib.studies import fedgpa
-    from fedlib.studies.common import recording_order
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     rng = random.Random(0)
-    configs = recording_order(fedgpa.tables("reference"))
-    for cfg in configs:
-        acc = 0.80 + (0.01 if cfg.method == "fedgpa" else 0.0) + 0.002 * cfg.seed + 0.001 * rng.random()
-        row = {"round": cfg.rounds, "personal_local_acc": acc}
-        results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
-                       "history": [row], "final": row}, "fedgpa", tmp_path)
-    claims, note = fedgpa.recorded_claims("reference")
-    assert "Settings [1, 2, 3], seeds [0, 1, 2, 3, 4]" in note and "not yet recorded" not in note
-    assert "seeds 3 and 4 were added to the comparison and the ablation after the verdicts" in note
-    assert claims[0].claim.startswith("FedGPA has the highest accuracy") and claims[0].verdict.outcome == "holds"
-    assert any(c.claim.startswith("each module adds") for c in claims)
+    configs = write_made_up("fedgpa", "reference", lambda cfg: 0.80 + 0.01 * (cfg.method == "fedgpa")
+                            + 0.002 * cfg.seed + 0.001 * rng.random(), tmp_path, ("personal_local_acc",))
+    best = outcomes_of("fedgpa")["best"]
+    assert best.outcome == "holds" and best.deciding.scale == "reference" and best.deciding.looks == 2
+    assert best.deciding.seeds == (0, 1, 2, 3, 4)
     missing = next(c for c in configs if c.method == "local" and c.partition.get("s") == 80 and c.seed == 1
                    and isinstance(c.partition["n"], list))
     (tmp_path / "fedgpa" / f"{missing.key()}.json").unlink()
-    claims, note = fedgpa.recorded_claims("reference")
-    assert claims[0].verdict.n == 5 and "Settings [1, 2], seeds [0, 1, 2, 3, 4]" in note
-    assert "Settings [3] complete at fewer seeds, not read yet" in note
-    assert claims[0].partial == "Settings 1, 2 of Settings 1-3"
+    best = outcomes_of("fedgpa")["best"]
+    short = [c for c in best.deciding.decision.compared if c.n == 4]
+    assert best.outcome == "holds" and [c.label for c in short] == ["FedGPA − Local, Setting 3, s = 80"]
 
 
-def test_pfedcspc_table7_claim_does_not_compare_fedavg_with_the_target_it_sets():
-    """Table VII's target is FedAvg's final accuracy, so FedAvg reaches it by construction: it is named as the
-    target's source and left out of the comparison (the per-seed margin and the verdict)."""
-    rounds = (1, 2, 3, 4)
-    runs = {"fedavg": [fake(s, [0.61, 0.61, 0.61, 0.61], "acc_global", rounds) for s in (0, 1)],   # round 1
-            "moon": [fake(s, [0.1, 0.2, 0.7, 0.7], "acc_global", rounds) for s in (0, 1)],         # round 3
-            "pfedcspc": [fake(s, [0.1, 0.7, 0.7, 0.7], "acc_global", rounds) for s in (0, 1)]}     # round 2
-    for recs in runs.values():
-        for r in recs:
-            r["config"].update(eval_every=1, rounds=4)
-    assert pfedcspc.fewest_rounds_margins(runs) == {0: 1.5, 1: 1.5}   # (3 - 2) / 1 + 0.5: MOON, not FedAvg
-    claim = pfedcspc.table7_claim({"fedavg": 1, "moon": 3, "pfedcspc": 2}, runs)
-    assert claim.holds and "FedAvg sets the target" in claim.ours and "reaches it in 1" in claim.ours
-    assert claim.margins == {0: 1.5, 1: 1.5}
-
-
-def test_fedpcl_claims_with_a_size_are_checked_against_the_size_they_state():
-    """"by about 1-4 points" does not hold at +5.50 (it once passed as "a gain"); "about 15 points above FedAvg"
-    needs 10 to 20 points at every number of clients, not merely "above"."""
-    from fedlib.studies import fedpcl
+def test_fedpcl_claims_with_a_size_are_read_from_below():
+    """"about a 1% – 4% improvement" holds at +5.50 (the sentence bounds the gain from below: more does not
+    contradict it); "higher than FedAvg by about 15%" needs at least 10 points at every number of clients: +2 at
+    m = 5 fails it."""
+    from fedlib.studies.registry import study
 
     def recs(values, sent=100):
         return [{"seed": s, "final": {}, "config": {},
-                 "history": [{"personal_local_acc": v / 100, "uploaded_per_client": sent}]}
+                 "history": [{"personal_local_acc": (v + 0.1 * s * (v > 56)) / 100, "uploaded_per_client": sent}]}
                 for s, v in enumerate(values)]
 
     table2 = {("s", "fedpcl"): recs([50, 50, 50]), ("m", "fedpcl"): recs([55.5, 55.5, 55.5]),
               ("s", "fedavg"): recs([40, 40, 40], 10_000), ("m", "fedavg"): recs([45, 45, 45], 10_000)}
     sweep = {("clients", "fedpcl", 5): recs([60, 60, 60]), ("clients", "fedavg", 5): recs([58, 58, 58]),
              ("clients", "fedpcl", 20): recs([70, 70, 70]), ("clients", "fedavg", 20): recs([55, 55, 55])}
-    claims = {c.claim: c for c in fedpcl.verdicts(table2, label_shift_runs=sweep)}
-    gain = claims["several backbones beat one, by about 1-4 points for FedPCL (Table 2)"]
-    assert not gain.holds and gain.margins == pytest.approx({0: -1.5, 1: -1.5, 2: -1.5})   # 4 - 5.5
-    assert gain.verdict.outcome == "does not hold"
-    fifteen = claims["FedPCL is about 15 points above FedAvg for 5 to 80 clients (Fig. 2b)"]
-    assert not fifteen.holds and fifteen.margins == pytest.approx({0: -8.0, 1: -8.0, 2: -8.0})   # m=5: +2, 10 - 2
-
-
-def test_fedpcl_paper_scale_tables_beside_table2_each_decide_their_claim_from_their_own_cells():
-    """The paper-scale grids of Table 6, the label-shift sweeps and Table 5 (their committed records join Table 2's
-    verdicts once complete) give ``verdicts`` cells it reads: one more claim each, keyed as the grids key them."""
-    from fedlib.studies import fedpcl
-
-    def recs(value, seeds, sent=100):
-        return [{"seed": s, "final": {}, "config": {},
-                 "history": [{"personal_local_acc": value / 100, "uploaded_per_client": sent}]} for s in seeds]
-
-    table2 = {(bb, m): recs(50, (0, 1, 2), 10_000 if m == "fedavg" else 100)
-              for bb in ("s", "m") for m in ("fedpcl", "fedavg")}
-    base = len(fedpcl.verdicts(table2))
-    for table, (argument, _) in fedpcl.PAPER_CLAIM_TABLES.items():
-        grid = fedpcl.tables("paper")[table]
-        runs = {cell: recs(60 if "fedpcl" in str(cell) or cell == "pcl" else 50, [c.seed for c in configs])
-                for cell, configs in grid.items()}
-        claims = fedpcl.verdicts(table2, **{argument: runs})
-        added = claims[base:]
-        assert len(added) == (2 if table == "label_shift" else 1), table
-        assert all(c.verdict.n == 3 for c in added), table
-    full = fedpcl.verdicts(table2, **{argument: {cell: recs(50, [c.seed for c in configs])
-                                                 for cell, configs in fedpcl.tables("paper")[table].items()}
-                                      for table, (argument, _) in fedpcl.PAPER_CLAIM_TABLES.items()})
-    assert [c.claim for c in full] == [claim for claim, _, _ in fedpcl.CLAIM_TABLES]   # the list names every claim
+    found = {a.claim.id: a for a in study("fedpcl").assess("book", {"table2": table2, "label_shift": sweep})}
+    assert found["backbones_gain"].outcome == "holds"
+    assert found["about_15_above_fedavg"].outcome == "does not hold"
+    fails = found["about_15_above_fedavg"].decision.deciding
+    assert fails.label == "FedPCL − FedAvg, m = 5 clients" and fails.mean == pytest.approx(2.0 + 0.1 - 10, abs=0.2)
 
 
 def test_fedpcl_table1_says_why_frozen_backbones_send_more_than_our_small_cnn():
@@ -506,127 +475,49 @@ def test_fedpcl_collapse_explanation_is_stated_only_where_the_records_support_it
     assert fedpcl.collapse_reading([]) == ["the printed reading has no committed records yet"]
 
 
-def by_text_of(claims) -> dict:
-    return {c.claim: c.verdict for c in claims}
-
-
-def test_fedprp_reads_its_claims_from_committed_records_once_its_comparison_is_complete(monkeypatch, tmp_path):
-    """FedPRP at reference scale from a made-up complete set of committed records (FedPRP two points ahead on
-    every metric and seed, each module and beta = 0.9 helping): the comparison's claims hold at five seeds; a
-    missing ablation run leaves the ablation's claim out and says so; a missing comparison run decides nothing."""
+def test_fedprp_reads_its_claims_from_committed_records_over_the_last_two_evaluations(monkeypatch, tmp_path):
+    """FedPRP at reference scale from made-up committed records (FedPRP two points ahead on every metric at the last
+    two evaluations, seed noise apart): the comparison's claims hold at five seeds (two looks), Table VII's at three
+    (one look); a cell with two of its seeds missing pairs the other three."""
     from fedlib import results
     from fedlib.studies import fedprp
-    from fedlib.studies.common import recording_order
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
-    configs = recording_order(fedprp.tables("reference"))
-    for cfg in configs:
+
+    def value(cfg):
         full = cfg.method == "fedprp" and cfg.hyper.get("use_id", True) and cfg.hyper.get("use_ic", True)
-        acc = 0.60 + 0.02 * full + 0.01 * (cfg.hyper.get("beta") == 0.9) + 0.003 * cfg.seed
-        rows = [{"round": r, **{m: acc for m in ("a_loc", "a_glo", "a_sel", "global_few")}}
-                for r in (cfg.rounds - 5, cfg.rounds)]
-        results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
-                       "history": rows, "final": rows[-1]}, "fedprp", tmp_path)
-    claims, note = fedprp.recorded_claims("reference")
-    assert "seeds [0, 1, 2, 3, 4]" in note and "not yet complete" not in note and "a second look" in note
-    by_text = {c.claim: c for c in claims}
-    for name in ("A_loc under sharding (Table I)", "A_glo under Dirichlet skew (Table II)"):
-        verdict = by_text[f"FedPRP has the best {name}"].verdict
-        assert verdict.outcome == "holds" and verdict.n == 5 and verdict.mean == pytest.approx(2.0)
-    assert any(c.claim.startswith("both new terms help") for c in claims)
-    beta = next(c for c in claims if c.claim.startswith("a slow prototype average")).verdict
-    assert beta.outcome == "holds" and beta.n == 5 and beta.mean == pytest.approx(1.0)   # its own second look:
-    assert ("seeds 3 and 4 were added to the comparison (Tables I-III, V), the ablation (Table VIII) and the beta "
-            "sweep (Fig. 7) after" in note)                                                 # said in the provenance
-    assert note.endswith("; the new clients (Table VII) seeds [0, 1, 2]")   # Table VII keeps the first three seeds
-    for seed in (1, 2, 3):   # an ablation cell with two seeds: the ablation waits
-        ablated = next(c for c in configs if c.hyper.get("use_id") is False and c.seed == seed)
-        (tmp_path / "fedprp" / f"{ablated.key()}.json").unlink()
-    claims, note = fedprp.recorded_claims("reference")
-    assert "not yet complete: ablation" in note and not any(c.claim.startswith("both new") for c in claims)
+        return 0.60 + 0.02 * full + 0.01 * (cfg.hyper.get("beta") == 0.9) + 0.003 * cfg.seed + 0.0011 * (
+            cfg.seed % 2) * full
+
+    write_made_up("fedprp", "reference", value, tmp_path, ("a_loc", "a_glo", "a_sel", "global_few"),
+                  rounds=lambda cfg: (cfg.rounds - 5, cfg.rounds))
+    found = outcomes_of("fedprp")
+    for claim in ("best_a_loc", "best_a_glo", "best_a_sel", "both_terms_help"):
+        assert found[claim].outcome == "holds" and found[claim].deciding.looks == 2, claim
+    assert found["new_clients"].outcome == "holds" and found["new_clients"].deciding.looks == 1
     compared = next(c for cfgs in fedprp.tables("reference")["comparison"].values() for c in cfgs
-                    if c.method == "fedavg" and c.seed == 2)
-    (tmp_path / "fedprp" / f"{compared.key()}.json").unlink()
-    claims, note = fedprp.recorded_claims("reference")   # the other four seeds still pair every cell
-    assert "seeds [0, 1, 3, 4]" in note
-    assert by_text_of(claims)["FedPRP has the best A_loc under sharding (Table I)"].n == 4
-    for seed in (0, 1):   # the same cell
+                    if c.method == "fedavg" and c.seed == 2 and c.partition["name"] == "shards")
+    for seed in (1, 2):
         (tmp_path / "fedprp" / f"{dataclasses.replace(compared, seed=seed).key()}.json").unlink()
-    assert fedprp.recorded_claims("reference") is None   # two seeds in common: nothing decided
+    short = [c for c in outcomes_of("fedprp")["best_a_loc"].deciding.decision.compared if c.n == 3]
+    assert [c.seeds for c in short] == [(0, 3, 4)]
 
 
-def test_fedmate_reads_its_claims_from_committed_records_once_table1_is_complete(monkeypatch, tmp_path):
+def test_fedmate_reads_its_claims_from_committed_records(monkeypatch, tmp_path):
     """FedMate at reference scale from made-up committed records (the full FedMate two points ahead on every seed):
-    Table 1's claim holds at three seeds; Table 2 joins when complete; a missing Table 1 run decides nothing."""
+    Table 1's claim holds at three seeds (one look), Table 2's at five (two looks: seeds 3 and 4 were added)."""
     from fedlib import results
-    from fedlib.studies import fedmate
-    from fedlib.studies.common import recording_order
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
-    configs = recording_order(fedmate.tables("reference"))
-    for cfg in configs:
+
+    def value(cfg):
         full = cfg.method == "fedmate" and all(cfg.hyper.get(k, True) for k in ("mps", "cft", "cci", "ccf"))
-        acc = 0.50 + 0.02 * full + 0.003 * cfg.seed
-        row = {"round": cfg.rounds, "personal_global_acc": acc, "personal_local_acc": acc, "uploaded_per_client": 10}
-        results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
-                       "history": [row], "final": row}, "fedmate", tmp_path)
-    claims, note = fedmate.recorded_claims("reference")
-    assert "seeds [0, 1, 2]" in note and "not yet complete" not in note
-    first = claims[0].verdict
-    assert claims[0].claim.startswith("FedMate generalizes best") and first.outcome == "holds" and first.n == 3
-    assert any(c.claim.startswith("FedMate adapts best to local data") for c in claims)
-    assert ("; Table 2 and Fig. 5 seeds [0, 1, 2, 3, 4]; seeds 3 and 4 were added to Table 2 and Fig. 5 after"
-            in note)   # the tables read at other seeds, with their second look, in one clause
-    robust = next(c for c in claims if c.claim.startswith("FedMate is the most robust")).verdict
-    assert robust.n == 5
-    table2_cell = next(iter(fedmate.table2_grid("reference").values()))
-    (tmp_path / "fedmate" / f"{table2_cell[0].key()}.json").unlink()   # seed 0 of one cell: the rest decide
-    claims, note = fedmate.recorded_claims("reference")
-    adapts = next(c for c in claims if c.claim.startswith("FedMate adapts"))
-    assert "Table 2 seeds [1, 2, 3, 4]" in note and sorted(adapts.margins) == [1, 2, 3, 4]
-    for cfg in table2_cell[1:3]:   # two seeds left in that cell: fewer than three, Table 2 waits
-        (tmp_path / "fedmate" / f"{cfg.key()}.json").unlink()
-    claims, note = fedmate.recorded_claims("reference")
-    assert "not yet complete: table2" in note and not any(c.claim.startswith("FedMate adapts") for c in claims)
-    table1_run = fedmate.table1_grid("reference")[next(iter(fedmate.table1_grid("reference")))][0]
-    (tmp_path / "fedmate" / f"{table1_run.key()}.json").unlink()
-    assert fedmate.recorded_claims("reference") is None
+        return 0.50 + 0.02 * full + 0.003 * cfg.seed + 0.0013 * (cfg.seed % 2) * full
 
-
-def test_pfedcspc_reads_its_claims_from_committed_records_once_its_tables_are_complete(monkeypatch, tmp_path):
-    """pFedCSPC at reference scale from made-up committed records (pFedCSPC, and every variant with all its parts,
-    three points ahead on every metric and seed, and first to reach FedAvg's final accuracy): Table II's claim
-    holds at its five seeds; with one run of Table VI missing, Tables VI and VII's claims wait and the others stand."""
-    from fedlib import results
-    from fedlib.studies import pfedcspc
-    from fedlib.studies.common import recording_order
-
-    monkeypatch.setattr(results, "RESULTS", tmp_path)
-    configs = recording_order(pfedcspc.tables("reference"))
-    for cfg in configs:
-        ahead = cfg.method == "pfedcspc" and set(cfg.hyper) == {"server_epochs"}   # the full method
-        acc = 0.50 + 0.03 * ahead + 0.003 * cfg.seed
-        metrics = ("acc_global", "i_local", "hm", "global_local_i_local", "global_global_acc@net")
-        rows = [{"round": r, **{m: acc - (0.0 if ahead else 0.1) * (r < cfg.rounds) for m in metrics}}
-                for r in (cfg.rounds // 2, cfg.rounds)]
-        results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "reference",
-                       "history": rows, "final": rows[-1]}, "pfedcspc", tmp_path)
-    claims, note = pfedcspc.recorded_claims("reference")
-    assert ("seeds [0, 1, 2, 3, 4]; seeds 3 and 4 were added to Table II, Table III, Tables IV-V and Tables VI-VII"
-            in note)
-    headline = claims[0].verdict
-    assert headline.n == 5 and headline.outcome == "holds" and headline.mean == pytest.approx(3.0)
-    fewest = next(c for c in claims if c.claim.startswith("pFedCSPC reaches the target accuracy in the fewest"))
-    assert fewest.verdict.outcome == "holds"
-    plus = next(cfgs for cell, cfgs in pfedcspc.table6_grid("reference").items() if cell.startswith("+"))
-    (tmp_path / "pfedcspc" / f"{plus[0].key()}.json").unlink()   # one seed of a Table VI cell: the rest decide
-    fewer, note = pfedcspc.recorded_claims("reference")
-    assert [c.claim for c in fewer] == [c.claim for c in claims] and "; Tables VI-VII seeds [1, 2, 3, 4]; seeds" in note
-    for cfg in plus[1:3]:   # two seeds left in that cell: fewer than three, Tables VI and VII wait
-        (tmp_path / "pfedcspc" / f"{cfg.key()}.json").unlink()
-    fewer, note = pfedcspc.recorded_claims("reference")
-    assert [c.claim for c in fewer] == [c.claim for c in claims if "(Table VI" not in c.claim]
-    assert len(fewer) == len(claims) - 2 and "Tables VI-VII not complete yet: their claims wait" in note
+    write_made_up("fedmate", "reference", value, tmp_path, ("personal_global_acc", "personal_local_acc"))
+    found = outcomes_of("fedmate")
+    assert found["generalizes_best"].outcome == "holds" and found["generalizes_best"].deciding.looks == 1
+    assert found["adapts_best"].outcome == "holds" and found["adapts_best"].deciding.seeds == (0, 1, 2, 3, 4)
 
 
 def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_the_same_configs(monkeypatch, tmp_path):
@@ -743,14 +634,14 @@ def test_fedpcls_table2_second_look_leaves_the_checks_paired_on_the_first_three_
     and 10 % on seeds 3-4 give the 0-2 mean."""
     from fedlib import results
     from fedlib.studies import fedpcl
-    from fedlib.studies.verdicts import second_look
 
     tables = fedpcl.tables("paper")
     assert {c.seed for cs in tables["table2"].values() for c in cs} == {0, 1, 2, 3, 4}
     for name in ("reading", "collapse", "official_head", "table2_few_shot", "reading_few_shot",
                  "official_head_few_shot", "reading_single", "reading_single_few_shot"):
         assert {c.seed for cs in tables[name].values() for c in cs} == {0, 1, 2}, name
-    assert "seeds 3 and 4 were added to Table 2" in second_look(fedpcl.SCALES["paper"]["headline_seeds"], "Table 2")
+    table2 = next(c for c in fedpcl.CLAIMS if c.id == "best_multi_backbone")
+    assert set(fedpcl.SCALES["paper"]["headline_seeds"]) - set(table2.seeds) == {3, 4}   # a second look, by the plan
     assert fedpcl.SCALES["book"]["headline_seeds"] == fedpcl.SCALES["book"]["check_seeds"]
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
@@ -958,33 +849,13 @@ def test_fedgpa_ablation_from_committed_records(tmp_path, monkeypatch):
     assert [r["paper (FMNIST)"] for r in rows] == [v[1] for v in fedgpa.ABLATION.values()]
 
 
-def test_fedgpa_reads_the_settings_that_have_every_seed_before_one_recorded_at_fewer():
-    """Setting 1 at seeds 0-2 and Setting 2 at seed 0 alone: the verdicts read Setting 1 (three seeds, an interval)
-    and leave Setting 2 waiting; with no setting at every seed, every complete setting is read."""
-    from fedlib.studies import fedgpa
-
-    def stored(seeds_of_setting):
-        return {(m, st, s): {"records": [{"seed": seed} for seed in seeds_of_setting.get(st, [])]}
-                for m in fedgpa.METHODS for st in fedgpa.SETTINGS for s in (20, 80)}
-
-    assert fedgpa.settings_to_read(stored({1: [0, 1, 2], 2: [0]}), "paper") == ([1], [2])
-    assert fedgpa.settings_to_read(stored({1: [0, 1], 2: [0]}), "paper") == ([1, 2], [])
-    assert fedgpa.settings_to_read(stored({}), "paper") == ([], [])
-    assert fedgpa.comparison_part("FedPer and LG-FedAvg are below FedBABU and FedPAC", [1]) == \
-        "Setting 1 of Settings 1-3"
-    assert fedgpa.comparison_part("FedPer and LG-FedAvg are below FedBABU and FedPAC", [1, 2, 3]) == ""
-    weights = next(claim for claim, _, what in fedgpa.CLAIM_TABLES if what == fedgpa.WEIGHTS)
-    assert fedgpa.comparison_part(weights, [1, 3]) == ""   # Fig. 4 reads Setting 3 alone
-
-
 def test_budget_changes_names_the_claims_whose_verdict_the_longer_budget_changes():
     from fedlib.studies import fedgpa
 
-    rows = [{"claim": "a", "verdict at round 10": "holds [+0.07, +1.89]",
-             "verdict at round 150": "inconclusive [-1.00, +2.00]"},
-            {"claim": "b", "verdict at round 10": "holds [+1, +8]", "verdict at round 150": "holds [+1, +3]"}]
-    assert fedgpa.budget_changes(rows) == ("1 of 2 claims have another verdict at round 10 than at round 150 of the "
-                                           "same runs: a (holds -> inconclusive). Where a round-10 verdict differs, "
+    rows = [{"claim": "a", "outcome at round 10": "holds", "outcome at round 150": "inconclusive"},
+            {"claim": "b", "outcome at round 10": "holds", "outcome at round 150": "holds"}]
+    assert fedgpa.budget_changes(rows) == ("1 of 2 claims have another outcome at round 10 than at round 150 of the "
+                                           "same runs: a (holds -> inconclusive). Where a round-10 outcome differs, "
                                            "the reference budget has not settled that claim.")
-    assert fedgpa.budget_changes(rows[1:]).startswith("Every claim has the same verdict at round 10")
+    assert fedgpa.budget_changes(rows[1:]).startswith("Every claim has the same outcome at round 10")
     assert fedgpa.budget_changes([]) == ""

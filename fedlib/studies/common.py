@@ -7,6 +7,7 @@ from fedlib.studies.grid import (
                                  complete_runs,
                                  convergence_grid,
                                  default_workers,
+                                 flat,
                                  nested,
                                  partial_seeds,
                                  record_grid,
@@ -37,14 +38,14 @@ from fedlib.studies.report import (
                                  show_table,
                                  summary_path,
 )
-from fedlib.studies.verdicts import Claim, best_evidence_html, verdict_html
+from fedlib.studies.verdicts import box_html, smoke_html
 
 __all__ = [
-    "RUNTIME", "set_runtime", "complete_runs", "default_workers", "run_all", "run_grid", "nested", "with_seeds",
+    "RUNTIME", "set_runtime", "complete_runs", "default_workers", "flat", "run_all", "run_grid", "nested", "with_seeds",
     "stored_grid", "with_diverged", "seeds_of", "partial_seeds",
     "recording_order", "record_grid", "convergence_grid", "convergence_gap", "DEADLINE_GRACE_S", "method_labels",
     "mean_std", "fmt", "provenance", "records_in",
-    "provenance_line", "ResultsTable", "show_table", "report_stored", "Claim", "verdict_html", "best_evidence_html",
+    "provenance_line", "ResultsTable", "show_table", "report_stored", "box_html", "smoke_html",
     "ordered",
     "entropy_rows", "summary_path", "save_summary", "read_cached_record_like", "load_summaries",
 ]

@@ -160,6 +160,11 @@ def nested(cells: dict) -> dict:
     return out
 
 
+def flat(cells: dict) -> dict:
+    """{outer: {inner: value}} as {(outer, inner): value}: a nested table keyed as its grid keys it."""
+    return {(outer, inner): value for outer, inner_cells in cells.items() for inner, value in inner_cells.items()}
+
+
 def with_seeds(cfg: Config, seeds) -> list[Config]:
     return [dataclasses.replace(cfg, seed=s) for s in seeds]
 
@@ -219,7 +224,7 @@ def complete_runs(chapter: str, grid: dict, root=None) -> dict | None:
 
 def complete_of(grid: dict, stored: dict) -> dict | None:
     """``complete_runs`` on records already looked up (``stored``: ``stored_grid``'s answer for ``grid``)."""
-    from fedlib.studies.verdicts import DECIDING_SEEDS
+    from fedlib.studies.claims import DECIDING_SEEDS
 
     runs = {cell: c["records"] for cell, c in stored.items()}
     if all(len(runs[cell]) == len(configs) for cell, configs in grid.items()):

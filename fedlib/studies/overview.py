@@ -1,10 +1,13 @@
-"""The book's results overview: every chapter's headline table (ours beside the paper) and its claims'
-verdicts, read from the summaries the chapters leave when they run (``common.save_summary``)."""
+"""The book's results overview: every claim of the five papers at the scale that decides it, computed from the
+chapters' declarations (``CLAIMS``) and their committed records (it needs no chapter's notebook to have run), then
+each chapter's headline table and this page's own smoke runs, read from the summaries the chapters leave when they
+run (``common.save_summary``)."""
 from __future__ import annotations
 
 from fedlib.studies.common import load_summaries
+from fedlib.studies.decide import OUTCOMES
 from fedlib.studies.registry import chapters
-from fedlib.studies.verdicts import Claim, best_evidence, counted, scope_text
+from fedlib.studies.verdicts import counted, verdict_rows
 
 
 def titles() -> dict[str, str]:
@@ -16,97 +19,101 @@ def summaries(scale: str) -> dict:
     return load_summaries(titles(), scale)
 
 
-def claims_of(summary: dict) -> list[Claim]:
-    return [Claim(**c) for c in summary.get("claims", [])]
+def recorded_verdicts() -> dict[str, list]:
+    """chapter -> its claims' verdicts from the committed records (``Chapter.verdicts``): compute once per page and
+    hand it to the tables below."""
+    return {name: c.verdicts() for name, c in chapters().items()}
 
 
-def verdict_counts(summary: dict) -> dict:
-    """The chapter's claims by outcome under the verdict rule (one scale: a summary is one scale's)."""
-    outcomes = [c.verdict.outcome for c in claims_of(summary) if not c.hypothesis]   # the paper's claims only
-    return {"hold": outcomes.count("holds"), "do not hold": outcomes.count("does not hold"),
-            "inconclusive": outcomes.count("inconclusive"), "not checked": outcomes.count("not checked")}
+def claim_rows(found: dict | None = None) -> list[dict]:
+    """One row per claim (hypotheses of the book included, marked), numbers as numbers (``verdicts.verdict_rows``)."""
+    found = recorded_verdicts() if found is None else found
+    names = titles()
+    return [row for chapter, verdicts in found.items() for row in verdict_rows(names.get(chapter, chapter), verdicts)]
 
 
-def chapters_table(found: dict, scale: str):
-    """One row per chapter: how many of its claims hold at this scale, and the code that ran it."""
+def interval_text(row: dict) -> str:
+    """The deciding comparison's margin and interval, formatted for display."""
+    from fedlib.studies.decide import signed
+
+    if row["margin"] is None:
+        return "-"
+    unit = "" if row["unit"] == "points" else f" {row['unit']}"
+    interval = row["interval"]
+    return (f"{signed(row['margin'])}{unit}" + (f" [{signed(interval[0])}, {signed(interval[1])}]" if interval else ""))
+
+
+def claims_table(found: dict | None = None):
+    """The findings table: every claim of the papers, its outcome, the comparison that decides it with its interval,
+    the deciding scale, seeds and looks; the book's own hypotheses after them."""
     import pandas as pd
 
-    rows = []
-    for chapter, title in titles().items():
-        s = found.get(chapter)
-        if s is None:
-            rows.append({"chapter": title, "claims that hold": "-", "do not hold": "-", "inconclusive": "-",
-                         "not checked": "-", "run": f"not run at scale {scale}"})
-            continue
-        n = verdict_counts(s)
-        rows.append({"chapter": title, "claims that hold": n["hold"], "do not hold": n["do not hold"],
-                     "inconclusive": n["inconclusive"], "not checked": n["not checked"],
-                     "run": f"{s['code_version']}, {s['saved_at']}"})
-    return pd.DataFrame(rows)
+    rows = sorted(claim_rows(found), key=lambda r: r["hypothesis"])
+    return pd.DataFrame([{
+        "chapter": r["chapter"], "claim": r["claim"] + (" (a hypothesis of this book)" if r["hypothesis"] else ""),
+        "outcome": r["outcome"] + (" (scales disagree)" if r["disagree"] else ""),
+        "deciding comparison": r["deciding comparison"] or "-", "margin [interval]": interval_text(r),
+        "scale": r["scale"] or "-", "seeds": len(r["seeds"]), "looks": r["looks"] or "-"} for r in rows])
 
 
-def best_evidence_outcomes(found: dict | None = None) -> dict[str, list[tuple[str, str]]]:
-    """chapter -> (deciding scale, outcome) of each of its paper's claims at the scale ``verdicts.best_evidence``
-    picks among the recorded scales' summaries (``found``: {scale: {chapter: summary}}; default: the saved ones);
-    chapters with no recorded verdict are left out."""
-    from fedlib.experiment import RECORDED_SCALES
-
-    found = found if found is not None else {s: summaries(s) for s in RECORDED_SCALES}
-    out = {}
-    for chapter in titles():
-        by_scale = {s: claims_of(found[s][chapter]) for s in RECORDED_SCALES
-                    if chapter in found.get(s, {}) and found[s][chapter].get("claims")}
-        decided = [(scale, c.verdict.outcome) for scale, c, _ in best_evidence(by_scale) if not c.hypothesis]
-        if decided:   # a chapter with hypotheses of the book alone has no claim of a paper to count
-            out[chapter] = decided
+def outcome_counts(found: dict | None = None) -> dict[str, dict[str, int]]:
+    """chapter -> the paper's claims by outcome (hypotheses of the book left out)."""
+    out: dict[str, dict[str, int]] = {}
+    for r in claim_rows(found):
+        if not r["hypothesis"]:
+            out.setdefault(r["chapter"], dict.fromkeys((*OUTCOMES, "not checked"), 0))[r["outcome"]] += 1
     return out
 
 
-def outcome_words(decided: list[tuple[str, str]]) -> str:
-    """'2 hold, 3 do not hold, 4 inconclusive (reference scale 8, paper scale 1)'."""
-    outcomes = [o for _, o in decided]
-    scales = {s: sum(1 for s_, _ in decided if s_ == s) for s in dict.fromkeys(s for s, _ in decided)}
-    return (f"{outcomes.count('holds')} hold, {outcomes.count('does not hold')} do not hold, "
-            f"{outcomes.count('inconclusive')} inconclusive"
-            + (f", {outcomes.count('not checked')} not checked" if outcomes.count("not checked") else "")
-            + " (" + ", ".join(f"{s} scale {n}" for s, n in scales.items()) + ")")
+def counts_table(found: dict | None = None):
+    """One row per chapter: its claims by outcome at the scale that decides each."""
+    import pandas as pd
+
+    return pd.DataFrame([{"chapter": chapter, **n, "claims": sum(n.values())}
+                         for chapter, n in outcome_counts(found).items()])
 
 
 def decided_sentence(found: dict | None = None) -> str:
     """The book's answer in one sentence: every chapter's claims at the scale that decides each."""
-    outcomes = best_evidence_outcomes(found)
-    decided = [d for ds in outcomes.values() for d in ds]
-    if not decided:
+    per_chapter = outcome_counts(found)
+    total = {o: sum(n[o] for n in per_chapter.values()) for o in (*OUTCOMES, "not checked")}
+    claims = sum(total.values())
+    if not claims:
         return "No claim has a verdict at reference or paper scale yet."
-    n = sum(1 for _, o in decided if o in ("holds", "does not hold"))
-    return (f"Each claim at the scale that decides it (its chapter's verdict box), over "
-            f"{counted(len(outcomes), 'chapter')}: {n} of {len(decided)} claims decided; {outcome_words(decided)}.")
+    decided = total["holds"] + total["does not hold"] + total["no material difference"]
+    return (f"Over {counted(len(per_chapter), 'chapter')}, {decided} of {counted(claims, 'claim')} are decided at the "
+            f"scale that decides each: " + ", ".join(f"{total[o]} {o}" for o in (*OUTCOMES, "not checked")
+                                                     if total[o]) + ".")
 
 
-def recorded_claims_table():
-    """One row per chapter: its claims by outcome at the scale that decides each (its verdict box's best evidence)
-    and at each recorded scale (reference, paper), from the summaries its notebook leaves after reading the
-    committed records; "-" where no setting of that scale is complete."""
+def smoke_counts(summary: dict) -> dict[str, int]:
+    """A page's own runs (one scale's summary) by outcome, the paper's claims only."""
+    outcomes = [c["outcome"] for c in summary.get("claims", []) if not c.get("hypothesis")]
+    return {o: outcomes.count(o) for o in (*OUTCOMES, "not checked")}
+
+
+def chapters_table(found: dict, scale: str):
+    """One row per chapter: its page's own runs at ``scale`` through the declarations (a smoke run), and the code
+    that ran it."""
     import pandas as pd
 
-    from fedlib.experiment import RECORDED_SCALES
-
-    found = {s: summaries(s) for s in RECORDED_SCALES}
-    best = best_evidence_outcomes(found)
-    rows = []
+    rows: list[dict] = []
     for chapter, title in titles().items():
-        row = {"chapter": title, "best evidence": outcome_words(best[chapter]) if chapter in best else "-"}
-        for s in RECORDED_SCALES:
-            summary = found[s].get(chapter)
-            if summary is None or not summary.get("claims"):
-                row[f"{s} scale"] = "-"
-                continue
-            n = verdict_counts(summary)
-            row[f"{s} scale"] = (f"{n['hold']} hold, {n['do not hold']} do not hold, {n['inconclusive']} "
-                                 f"inconclusive" + (f", {n['not checked']} not checked" if n["not checked"] else "")
-                                 + f" ({summary.get('scale_note', '')})")
-        rows.append(row)
+        s = found.get(chapter)
+        if s is None:
+            rows.append({"chapter": title, **dict.fromkeys((*OUTCOMES, "not checked"), "-"),
+                         "run": f"not run at scale {scale}"})
+            continue
+        rows.append({"chapter": title, **smoke_counts(s), "run": f"{s['code_version']}, {s['saved_at']}"})
     return pd.DataFrame(rows)
+
+
+def smoke_claims_table(summary: dict):
+    """A page's own runs claim by claim (the outcome on its smoke runs and the comparison behind it)."""
+    import pandas as pd
+
+    return pd.DataFrame([{"claim": c["claim"], "on this page's runs": c["outcome"], "detail": c["detail"]}
+                         for c in summary.get("claims", [])])
 
 
 def status_table():
@@ -135,21 +142,3 @@ def headline(chapter: str, summary: dict):
     keys = getattr(chapters()[chapter].study, "HEADLINE_KEYS", 1)   # leading label columns of its headline rows
     return ResultsTable(headline_table(summary), keys=keys, note=part.get("provenance", ""),
                         floors=part.get("floors"), classes=10)   # a summary without floors: every chapter has 10
-
-
-def claims_table(summary: dict):
-    import pandas as pd
-
-    return pd.DataFrame(
-        [
-            {
-                "claim": c.claim,
-                "paper": c.paper,
-                "ours": c.ours + "".join(f" ({t})" for t in (c.note, scope_text(c)) if t),
-                "verdict": c.verdict.text() if c.margins is not None or c.holds is None else
-                f"inconclusive (point verdict on the means: {'holds' if c.holds else 'does not hold'}; "
-                "no per-seed margin)",
-            }
-            for c in claims_of(summary)
-        ]
-    )

@@ -13,7 +13,7 @@ import numpy as np
 
 from fedlib.studies.grid import complete_of, stored_grid
 from fedlib.studies.report import fmt, mean_std
-from fedlib.studies.verdicts import Claim, verdict_of
+from fedlib.studies.verdicts import short_text, verdict_of
 
 
 def in_precision(grid: dict, precision: str) -> dict:
@@ -118,15 +118,13 @@ def difference_summary(cells: list[CellDifference], metric: str, label: Callable
             f"points" + (f", 95% CI [{pooled.interval[0]:+.2f}, {pooled.interval[1]:+.2f}]" if pooled.interval else ""))
 
 
-def conclusion_rows(base: list[Claim], other: list[Claim], precision: str = "bf16") -> list[dict]:
-    """The claims that both precisions' records decide, side by side: each verdict and whether the outcome is
-    the same."""
-    others = {c.claim: c for c in other}
+def conclusion_rows(base: list, other: list, precision: str = "bf16") -> list[dict]:
+    """The claims that both precisions' records assess (``claims.Assessment`` lists in the same order), side by side:
+    each outcome with its deciding comparison, and whether the outcome is the same."""
     rows = []
-    for c in base:
-        if c.claim not in others or c.hypothesis:
+    for a, b in zip(base, other):
+        if a.claim.hypothesis or not (a.decision.compared and b.decision.compared):
             continue
-        a, b = c.verdict, others[c.claim].verdict
-        rows.append({"claim": c.claim, "fp32": a.text(), precision: b.text(),
+        rows.append({"claim": a.claim.summary, "fp32": short_text(a), precision: short_text(b),
                      "same outcome": "yes" if a.outcome == b.outcome else "no"})
     return rows

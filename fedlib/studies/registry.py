@@ -22,17 +22,19 @@ CONTRACT = {
     "SCALES": "its budget per scale (grid.Scales: ci, book, reference, paper)",
     "scale_summary": "what a scale trains beside the paper (printed by the notebook's set-up)",
     "tables": "tables(scale): the recorded grid of every table at reference or paper scale, the headline first",
-    "verdicts": "the paper's claims as per-seed margins",
+    "CLAIMS": "the paper's claims, declared once (claims.Claim)",
+    "TABLE_RUNS": "what each table its claims read runs, in words",
     "reference_run": "the run the hyperparameter table reads",
     "protocol": "how each method is evaluated",
     "HYPER_REASONS": "why a setting differs from the paper's",
     "LABELS": "how tables name the methods",
 }
-# what a chapter may define beside it: recorded_claims(scale) (the verdicts its committed records decide),
+# what a chapter may define beside it: views(evidence, scale) (tables its claims read that are made of other tables'
+# runs; VIEW_SOURCES names the tables a view made only of others reads), DECIDING_SCALES (the recorded scales whose records decide its claims, default both),
 # headline_rows(runs, scale) or recorded_tables(runs, scale) (the tables show_recorded builds from committed records),
 # REFERENCE_REASONS (why its reference scale differs from the paper's protocol beyond the rounds and epochs),
 # CONVERGENCE_METRIC (the metric its reference budget's convergence check reads),
-# CLAIM_TABLES and NOT_OFFLINE (which recorded table decides each claim), TUNING (its book-scale learning rate)
+# NOT_OFFLINE (what its paper shows that no offline run can check), TUNING (its book-scale learning rate)
 BUILTIN = ("fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc", "compare")   # the book's chapters, in its order
 
 
@@ -63,10 +65,14 @@ class Chapter:
 
         return chapter_hyperparameters(self, scale)
 
+    def headline_name(self, scale: str) -> str:
+        """The headline table's name: the first of ``tables(scale)`` that is not the convergence check."""
+        return next(name for name in self.study.tables(scale) if name != "convergence")
+
     def headline_grid(self, scale: str) -> dict:
         """The headline table's grid at ``scale`` (the first of ``tables(scale)`` that is not the convergence
         check): {cell: [configs over seeds]}."""
-        return next(grid for name, grid in self.study.tables(scale).items() if name != "convergence")
+        return self.study.tables(scale)[self.headline_name(scale)]
 
     def paper_scale_grid(self) -> dict:
         return self.headline_grid("paper")
@@ -128,17 +134,69 @@ class Chapter:
                 names.update((cfg.method, None) for configs in grid.values() for cfg in configs)
         return list(names)
 
-    def close(self, claims: list, scale: str, scale_note: str) -> None:
-        """The notebook's last cell: save this scale's verdicts for the Results overview, show the best evidence
-        (this page's runs beside the verdicts each recorded scale's committed records decide) and the wall time."""
+    @property
+    def claims(self) -> tuple:
+        return self.study.CLAIMS
+
+    def deciding_scales(self) -> tuple[str, ...]:
+        from fedlib.studies.claims import RECORDED
+
+        return tuple(getattr(self.study, "DECIDING_SCALES", RECORDED))
+
+    def evidence(self, scale: str, root=None) -> dict:
+        """The committed records at ``scale`` of every table but the convergence check: {table: {cell: records}}."""
+        from fedlib.studies.grid import stored_grid
+
+        grids = self.study.tables(scale)
+        return {t: {cell: c["records"] for cell, c in stored_grid(self.name, grid, root).items()}
+                for t, grid in grids.items() if t != "convergence"}
+
+    def assess(self, scale: str, runs: dict | None = None) -> list:
+        """Every claim assessed at ``scale``: on ``runs`` ({table: {cell: records}}, a page's own runs) or on the
+        committed records (the chapter's ``views`` add the tables made of other tables' runs)."""
+        from fedlib.studies.claims import assess
+
+        evidence = self.evidence(scale) if runs is None else dict(runs)
+        if hasattr(self.study, "views"):
+            evidence = self.study.views(evidence, scale)
+        last = self.study.SCALES[scale].get("last", 1)
+        return [assess(c, evidence, scale, self.study.LABELS, last) for c in self.claims]
+
+    def verdicts(self) -> list:
+        """Each claim's verdict from the committed records: the longest recorded budget whose comparisons are all
+        complete decides (``claims.verdict``)."""
+        from fedlib.studies.claims import verdict
+
+        by_scale = {s: self.assess(s) for s in self.deciding_scales()}
+        return [verdict(c, {s: found[i] for s, found in by_scale.items()}) for i, c in enumerate(self.claims)]
+
+    def scale_notes(self) -> dict[str, str]:
+        """What each recorded scale is: its coverage, its share of the paper's training, and at reference scale
+        whether the budget converged."""
+        from fedlib.studies.report import coverage_text
+
+        notes = {}
+        for scale in self.deciding_scales():
+            share = self.training_share(scale) if scale != "paper" else ""
+            clause = self.convergence_clause() if scale == "reference" else ""
+            notes[scale] = "; ".join(filter(None, (coverage_text(self.coverage(scale)), share, clause)))
+        return notes
+
+    def close(self, runs: dict, scale: str, scale_note: str) -> None:
+        """The notebook's last cell: the verdict box from the committed records, then this page's own runs (``runs``:
+        {table: {cell: records}}) through the same declarations, a smoke run that tests no claim; saves the page's
+        outcomes for the Results overview and prints the wall time."""
         from IPython.display import HTML, display
 
+        from fedlib.studies.claims import RECORDED
         from fedlib.studies.report import save_summary, wall_time_line
-        from fedlib.studies.verdicts import best_evidence_html
+        from fedlib.studies.verdicts import box_html, smoke_html
 
-        save_summary(self.name, scale, claims=claims, scale_note=scale_note)
-        recorded, notes = self.recorded_evidence() if hasattr(self.study, "recorded_claims") else ({}, {})
-        display(HTML(best_evidence_html({scale: claims, **recorded}, {scale: scale_note, **notes})))
+        display(HTML(box_html(self.verdicts(), self.scale_notes())))
+        own = self.assess(scale, runs)
+        if scale not in RECORDED:
+            display(HTML(smoke_html(own, scale_note)))
+        save_summary(self.name, scale, claims=own, scale_note=scale_note)
         print(wall_time_line())
 
     def coverage(self, scale: str = "paper") -> dict:
@@ -157,26 +215,6 @@ class Chapter:
                 "seeds": sorted({int(r["seed"]) for r in current}),
                 "devices": sorted({str(r.get("device", "?")).split(" (")[0] for r in current}),
                 "hours": sum(r.get("wall_time_s", 0.0) for r in current) / 3600}
-
-    def recorded_evidence(self) -> tuple[dict, dict[str, str]]:
-        """The claims each recorded scale decides from the committed records (the chapter's ``recorded_claims(scale)``:
-        (claims, what they were computed on), or None), each saved as that scale's summary for the Results overview;
-        where a scale decides nothing yet, why, from its coverage. Returns ({scale: claims}, {scale: note})."""
-        from fedlib.experiment import RECORDED_SCALES
-        from fedlib.studies.report import coverage_text, save_summary
-
-        by_scale, notes = {}, {}
-        for scale in RECORDED_SCALES:
-            found = self.study.recorded_claims(scale)
-            if found:
-                by_scale[scale] = found[0]
-                clause = self.convergence_clause() if scale == "reference" else ""
-                notes[scale] = found[1] + (f"; {clause}" if clause else "")
-                save_summary(self.name, scale, claims=found[0], scale_note=notes[scale])
-            else:
-                notes[scale] = (f"no table that decides a claim has all its records yet "
-                                f"({coverage_text(self.coverage(scale))}): it decides no claim")
-        return by_scale, notes
 
     def training_share(self, scale: str = "reference") -> str:
         """What share of a paper-scale run's local training steps a run at ``scale`` makes, read on the first cell of

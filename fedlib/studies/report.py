@@ -3,7 +3,6 @@ results tables, where a chapter stands, and the summaries the results overview r
 ``studies.verdicts``, the protocol and hyperparameter tables in ``studies.settings``."""
 from __future__ import annotations
 
-import dataclasses
 import html
 import json
 
@@ -389,16 +388,19 @@ SCALE_MEANING = {
 
 
 def claim_runs(study, scale: str = "reference") -> list[dict]:
-    """Each claim of a chapter (its ``CLAIM_TABLES``: claim, recorded table, what that table runs), the runs that
-    decide it at ``scale`` (cells x seeds of ``tables(scale)[table]``), then what cannot be checked offline
-    (``NOT_OFFLINE``: claim, why)."""
+    """Each claim of a chapter (its ``CLAIMS``), the tables that decide it and what they run (``TABLE_RUNS``), the
+    runs at ``scale`` (cells x seeds of ``tables(scale)``), then what cannot be checked offline (``NOT_OFFLINE``:
+    claim, why)."""
     grids = study.tables(scale)
+    sources = getattr(study, "VIEW_SOURCES", {})   # a view's runs are its source tables' runs
     rows = []
-    for claim, table, what in study.CLAIM_TABLES:
-        grid = grids[table]
-        seeds = sorted({c.seed for configs in grid.values() for c in configs})
-        rows.append({"claim": claim, "decided by": f"{table}: {what}",
-                     "runs": f"{sum(len(c) for c in grid.values())} ({len(grid)} cells x seeds {seeds})"})
+    for claim in study.CLAIMS:
+        read = list(dict.fromkeys(s for t in claim.tables for s in sources.get(t, (t,)) if s in grids))
+        configs = [c for t in read for configs in grids[t].values() for c in configs]
+        seeds = sorted({c.seed for c in configs})
+        rows.append({"claim": claim.summary,
+                     "decided by": "; ".join(f"{t}: {study.TABLE_RUNS.get(t, t)}" for t in claim.tables),
+                     "runs": f"{len(configs)} ({sum(len(grids[t]) for t in read)} cells x seeds {seeds})"})
     return rows + [{"claim": claim, "decided by": f"not checked offline: {why}", "runs": "-"}
                    for claim, why in study.NOT_OFFLINE]
 
@@ -464,8 +466,11 @@ def save_summary(chapter: str, scale: str, headline: tuple[str, list[dict]] | No
         data["headline"] = {"title": headline[0], "rows": headline[1],
                             "provenance": provenance_line(records or [], scale, test_set),
                             "floors": floors_of(records or [], test_set, classes_of(records or []))}
-    if claims is not None:
-        data["claims"] = [dataclasses.asdict(c) for c in claims]
+    if claims is not None:   # a page's own runs through the declarations (claims.Assessment)
+        from fedlib.studies.verdicts import deciding_text
+
+        data["claims"] = [{"id": a.claim.id, "claim": a.claim.summary, "hypothesis": a.claim.hypothesis,
+                           "outcome": a.outcome, "detail": deciding_text(a)} for a in claims]
         data["scale_note"] = scale_note
     atomic_json(path, data)
 

@@ -6,8 +6,8 @@
 Each shared part is one call (set-up and status box, the evaluation protocol, the training settings, the headline
 table, the paper-scale records, the verdict box); between them the author writes what the paper
 brings (its data, its equations with ``show_source``, its tables and figures). The notebook runs as written once the
-chapter's study module defines the ``registry.CONTRACT`` and ``headline_rows(runs, scale)``, with ``verdicts(runs,
-scale)`` reading the headline runs, and is registered (``register_chapter(__name__, "MyPaper")``); a test builds one
+chapter's study module defines the ``registry.CONTRACT`` and ``headline_rows(runs, scale)``, with ``CLAIMS`` reading
+its headline table, and is registered (``register_chapter(__name__, "MyPaper")``); a test builds one
 for a chapter defined outside the package and executes it at ci scale."""
 from __future__ import annotations
 
@@ -46,11 +46,10 @@ CELLS = [
     ("markdown", [], "## Paper scale\n\nThe committed paper-scale records of the headline table "
                      "(`python -m fedlib records $name --scale paper` adds the rest)."),
     ("code", ["hide-input"], "found = study.show_paper_scale()"),
-    ("markdown", [], "## Verdict\n\nEach claim of the paper checked on the runs of this page, at the scale printed "
-                     "with them, beside what the committed records decide."),
+    ("markdown", [], "## Verdict\n\nEach claim of the paper as the committed records decide it, then the runs of "
+                     "this page through the same declarations (a smoke run below reference scale)."),
     ("code", ["hide-input"],
-     "claims = study.verdicts(runs, scale)\n"
-     "study.close(claims, scale, study.scale_summary(scale).splitlines()[0])"),
+     "study.close({study.headline_name(scale): runs}, scale, study.scale_summary(scale).splitlines()[0])"),
 ]
 
 

@@ -1,4 +1,6 @@
-"""The verdict rule, written once: claims as per-seed margins, their 95% interval, the verdict boxes."""
+"""How verdicts are shown: the verdict box closing a chapter, the smoke-run box, one line per verdict, and the
+single paired margin the convergence and precision checks read. The rule itself is ``decide``; the claims and how
+they are read are ``claims``."""
 from __future__ import annotations
 
 import html
@@ -6,16 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlib.experiment import summarize_runs
-
-# ---------------------------------------------------------------------- verdicts with uncertainty
-# The rule, written once (the book's introduction states it too): a claim is turned into a margin, a number
-# that is positive when the claim holds (e.g. "A beats B in every cell": min over cells of A - B, in points).
-# Methods compared on the same seed share its partitions, so the margin is computed per seed from that seed's
-# runs (paired). With n >= 2 seeds the verdict reads the 95% t-interval of the mean margin over seeds: above 0
-# "holds", below 0 "does not hold", containing 0 "inconclusive"; one seed gives no interval: "inconclusive".
-OUTCOMES = ("holds", "does not hold", "inconclusive")
-CONFIDENCE = 0.95
+from fedlib.studies.claims import RECORDED, Assessment, Verdict, counts
+from fedlib.studies.decide import OUTCOMES, Compared, effect_position, signed
 
 
 def counted(n: int, one: str, many: str | None = None) -> str:
@@ -29,243 +23,207 @@ def listed(items) -> str:
     return " and ".join(filter(None, (", ".join(items[:-1]), items[-1] if items else "")))
 
 
-DECIDING_SEEDS = 3   # the seeds a recorded table first decides on (the reference scale's; t(2) gives the interval)
+def seeds_words(seeds) -> str:
+    """"seeds 0-4", "seeds 0, 2 and 3", "seed 1"."""
+    seeds = sorted(seeds)
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
+        return f"seeds {seeds[0]}-{seeds[-1]}"
+    return f"seeds {listed(map(str, seeds))}"
 
 
-def second_look(seeds: list[int], tables: str) -> str:
-    """What a verdict's provenance adds when ``tables``' ``seeds`` include any past the first ``DECIDING_SEEDS``
-    (0, 1, 2): seeds added after the first verdicts came out inconclusive make a second look at the data, which a 95%
-    interval does not account for ("" at the first look)."""
-    added = sorted(s for s in seeds if s >= DECIDING_SEEDS)
-    if not added:
-        return ""
-    which = f"seeds {listed(map(str, added))} were" if len(added) > 1 else f"seed {added[0]} was"
-    return (f"; {which} added to {tables} after the verdicts of the first "
-            f"{DECIDING_SEEDS} seeds came out inconclusive: a second look at the data, so the 95% intervals are a "
-            "little optimistic")
-
-
-def seeds_read(tables: dict[str, list[int]]) -> str:
-    """The seeds a verdict's tables were read at, for its provenance: ``tables`` {title: seeds}, the headline table
-    first. "seeds S" for the headline's seeds, then "; {titles} seeds S'" for each other set of seeds; each set
-    with the tables read at it is followed by its ``second_look`` (tables at the same seeds share one clause)."""
-    groups: dict[tuple[int, ...], list[str]] = {}
-    for title, seeds in tables.items():
-        groups.setdefault(tuple(sorted(int(s) for s in seeds)), []).append(title)
-    return "".join(("" if i == 0 else f"; {listed(titles)} ") + f"seeds {list(seeds)}"
-                   + second_look(list(seeds), listed(titles)) for i, (seeds, titles) in enumerate(groups.items()))
+# ---------------------------------------------------------------------- one paired margin (convergence, precision)
+CONFIDENCE = 0.95   # a single margin's two-sided interval (the convergence and precision checks)
 
 
 @dataclass(frozen=True)
-class Verdict:
-    outcome: str                        # one of OUTCOMES, or "not checked"
-    n: int = 0                          # seeds the margin was computed on
-    mean: float | None = None           # mean margin over seeds (points)
-    interval: tuple[float, float] | None = None   # 95% t-interval of the mean margin (n >= 2)
+class Margin:
+    """A single paired margin over seeds with its two-sided 95% t-interval (one-sided 97.5% bounds): "ahead",
+    "behind" or "not separated" in the checks that read it; ``outcome`` in the words of a claim."""
+    outcome: str                        # holds / does not hold / inconclusive / not checked
+    n: int = 0
+    mean: float | None = None
+    interval: tuple[float, float] | None = None
 
     def text(self) -> str:
         if self.outcome == "not checked":
             return "not checked"
-        if self.mean is None:
-            return f"{self.outcome} (no per-seed margin)"
+        seeds = f"{self.n} seed{'s' if self.n != 1 else ''}"
         if self.interval is None:
-            seeds = f"{self.n} seed{'s' if self.n != 1 else ''}"
-            return f"{self.outcome} at {seeds} (margin {signed(self.mean)}, no interval)"
+            return f"{self.outcome} at {seeds} (margin {signed(self.mean or 0.0)}, no interval)"
         lo, hi = self.interval
-        return f"{self.outcome} at {self.n} seeds (margin {signed(self.mean)}, 95% CI [{signed(lo)}, {signed(hi)}])"
+        return f"{self.outcome} at {seeds} (margin {signed(self.mean or 0.0)}, 95% CI [{signed(lo)}, {signed(hi)}])"
 
 
-def signed(x: float) -> str:
-    """A margin with its sign: two decimals, or two significant digits where two decimals would read 0.00 for a
-    value that is not 0 (a margin in weights rather than points: +0.00064 is not +0.00)."""
-    return f"{x:+.2f}" if x == 0 or abs(x) >= 0.005 else f"{x:+.2g}"
-
-
-def verdict_of(margins) -> Verdict:
-    """The rule above applied to per-seed margins ({seed: margin} or a list); None or empty: not checked."""
-    from scipy import stats
-
+def verdict_of(margins) -> Margin:
+    """One paired margin ({seed: margin} or a list) through the decision procedure's comparison at a two-sided 95%
+    level: above 0 "holds", below "does not hold", else "inconclusive"; None or empty: "not checked"."""
     values = [float(v) for v in (margins.values() if isinstance(margins, dict) else margins or [])
               if v is not None and np.isfinite(v)]
     if not values:
-        return Verdict("not checked")
-    n, mean = len(values), float(np.mean(values))
-    if n == 1:
-        return Verdict("inconclusive", 1, mean)
-    half = float(stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * np.std(values, ddof=1) / np.sqrt(n))
-    lo, hi = mean - half, mean + half
-    outcome = "holds" if lo > 0 else "does not hold" if hi < 0 else "inconclusive"
-    return Verdict(outcome, n, mean, (lo, hi))
+        return Margin("not checked")
+    c = Compared("", tuple(range(len(values))), tuple(values), alpha=(1 - CONFIDENCE) / 2)
+    if c.n == 1:
+        return Margin("inconclusive", 1, c.mean)
+    lo, hi = c.bound("lower"), c.bound("upper")
+    assert lo is not None and hi is not None
+    return Margin("holds" if lo > 0 else "does not hold" if hi < 0 else "inconclusive", c.n, c.mean, (lo, hi))
 
 
-class PerSeed:
-    """Paired margins: ``PerSeed(runs, metric)(margin)`` evaluates ``margin(acc)`` on each seed that every cell
-    of ``runs`` ({cell: records over seeds}) has, with ``acc`` = {cell: 100 x that seed's last value of
-    ``metric``}; returns {seed: margin}. ``metric`` may be a {cell: metric} dict (tables whose rows read
-    different metrics)."""
-
-    def __init__(self, runs: dict, metric: str | dict = "personal_local_acc", last: int = 1):
-        self.by_seed: dict[int, dict] = {}
-        cells = {k: {int(r["seed"]): r for r in records} for k, records in runs.items() if records}
-        common = set.intersection(*(set(v) for v in cells.values())) if cells else set()
-        metric_of = metric if isinstance(metric, dict) else dict.fromkeys(cells, metric)
-        for seed in sorted(common):
-            self.by_seed[seed] = {k: 100 * summarize_runs([v[seed]], metrics=(metric_of[k],),
-                                                          last=last)[metric_of[k]][0] for k, v in cells.items()}
-
-    @property
-    def seeds(self) -> list[int]:
-        return list(self.by_seed)
-
-    def __call__(self, margin) -> dict[int, float]:
-        return {seed: float(margin(acc)) for seed, acc in self.by_seed.items()}
-
-    def means(self) -> dict:
-        """{cell: mean over the paired seeds of its value (%)}: what a claim's verdict on the means reads."""
-        return {k: float(np.mean([acc[k] for acc in self.by_seed.values()])) for k in next(iter(self.by_seed.values()),
-                                                                                                {})}
-
-    def claim(self, claim: str, paper: str, margin, ours, note: str = "", hypothesis: bool = False) -> Claim:
-        """The claim whose margin function is ``margin`` ({cell: value (%)} -> points, > 0 where it holds), written
-        once: its per-seed margins and its point verdict on the means both come from it. ``ours``: the text of our
-        numbers, or a function of the means that writes it."""
-        means = self.means()
-        return Claim(claim, paper, ours(means) if callable(ours) else ours,
-                     bool(margin(means) > 0) if means else None, note, self(margin), hypothesis)
+# ---------------------------------------------------------------------- a verdict in words
+def level_words(a: Assessment) -> str:
+    """The level its bounds were read at, with the looks."""
+    confidence = f"{100 * (1 - a.decision.alpha):g}%"
+    if a.looks > 1:
+        extra = sorted(set(a.seeds) - set(a.claim.seeds))
+        return (f"{a.looks} looks ({seeds_words(extra)} added after the verdict at {seeds_words(a.claim.seeds)} was "
+                f"seen): one-sided {confidence} bounds")
+    return f"one look: one-sided {confidence} bounds"
 
 
-@dataclass
-class Claim:
-    claim: str                     # what the paper says, in a sentence
-    paper: str                     # the paper's evidence (table/figure, numbers)
-    ours: str                      # our numbers (means over seeds)
-    holds: bool | None             # the point verdict on the means; None: cannot be checked here
-    note: str = ""
-    margins: dict | None = None    # {seed: margin in points}, positive where the claim holds on that seed
-    hypothesis: bool = False       # the book's own hypothesis (e.g. about a protocol), not a claim of the paper:
-                                   # shown and tested like a claim, never counted among the paper's claims
-    partial: str = ""              # the part of the claim's grid the margins cover, where not all of it (e.g.
-                                   # "Setting 1 of Settings 1-3"): a partial check never outranks a whole one
-
-    @property
-    def verdict(self) -> Verdict:
-        """The rule on the per-seed margins; a claim without them has a point verdict only (no interval)."""
-        if self.margins is not None:
-            return verdict_of(self.margins)
-        if self.holds is None:
-            return Verdict("not checked")
-        return Verdict("inconclusive", 0)
-
-
-def verdict_counts(verdicts) -> dict[str, int]:
-    """How many claims hold, do not hold, are inconclusive, were not checked."""
-    out = {o: 0 for o in (*OUTCOMES, "not checked")}
-    for v in verdicts:
-        out[v.outcome] += 1
-    return out
+def deciding_text(a: Assessment) -> str:
+    """The comparison that decides the outcome, with its interval, and the counts behind it."""
+    d = a.decision
+    if not d.compared:
+        return "no comparison has two paired seeds yet"
+    unit = "" if a.claim.unit == "points" else a.claim.unit
+    head = d.deciding.text(unit) if d.deciding is not None else ""
+    role = {"does not hold": "fails", "no material difference": "inside ±delta"}.get(d.outcome, "weakest")
+    n = len(d.compared) + len(d.missing)
+    if d.kind == "most":
+        tally = (f"{d.positive} of {n} comparisons pass after Holm's correction, {d.negative} fail; {d.required} "
+                 "must pass")
+    elif d.kind == "best":
+        tally = f"{n} comparisons between the two groups (Bonferroni over the member that would decide)"
+    elif d.kind == "deterministic":
+        tally = f"{d.positive} of {n} above 0 (deterministic: no interval)"
+    else:
+        tally = f"{d.positive} of {n} comparisons pass, {d.negative} fail after Holm's correction"
+    missing = f"; {counted(len(d.missing), 'comparison')} without two paired seeds" if d.missing else ""
+    return f"{role}: {head}; {tally}{missing}"
 
 
-def _claim_cell(c: Claim) -> str:
-    tag = "<br><em>(a hypothesis of this book, not a claim of the paper: not counted)</em>" if c.hypothesis else ""
-    return html.escape(c.claim) + tag
+def detail_lines(a: Assessment) -> list[str]:
+    """Everything a verdict rests on, a line each."""
+    c = a.claim
+    d = a.decision
+    lines = [deciding_text(a)]
+    unit = "" if c.unit == "points" else f" {c.unit}"
+    lines.append(f"delta {c.delta:g}{unit}: {c.delta_reason}")
+    if d.below_delta:
+        lines.append("holds, but by less than delta: the upper bound is below it")
+    where = effect_position(c.paper_effect, d.deciding) if d.kind != "most" else ""   # "most": a count, not one effect
+    if where:
+        lines.append(f"the paper's effect {signed(c.paper_effect or 0.0)}{unit}: {where}")
+    lines.append(f"{a.scale} scale, {seeds_words(a.seeds) if a.seeds else 'no seeds'}; {level_words(a)}"
+                 + ("" if a.complete else "; not every comparison has three paired seeds: a partial check"))
+    return lines
 
 
-def _ours_cell(c: Claim) -> str:
-    return html.escape(c.ours) + "".join(f"<br><em>{html.escape(t)}</em>" for t in (c.note, scope_text(c)) if t)
+def short_text(a: Assessment) -> str:
+    """One line: "does not hold at reference scale (FedGPA − FedAvg, Setting 3, s = 80: -0.41 [-0.95, +0.12])"."""
+    d = a.decision
+    if not d.compared:
+        return "not checked"
+    head = d.deciding.text("" if a.claim.unit == "points" else a.claim.unit) if d.deciding else ""
+    return f"{a.outcome} at {a.scale} scale ({head})"
 
 
-def scope_text(c: Claim) -> str:
-    """What part of the claim's grid a partial check covers ('' for a whole check)."""
-    return f"checked on {c.partial} only" if c.partial else ""
+# ---------------------------------------------------------------------- the boxes
+CSS = {"holds": "yes", "does not hold": "no", "no material difference": "na", "inconclusive": "na",
+       "not checked": "na"}
 
 
-def verdict_html(claims: list[Claim], scale_note: str) -> str:
-    """The verdict box closing a chapter: each claim with the numbers and its verdict under the rule
-    (per-seed margins, 95% interval over seeds)."""
-    css = {"holds": "yes", "does not hold": "no", "inconclusive": "na", "not checked": "na"}
+def badge(outcome: str) -> str:
+    return f"<span class='badge verdict-{CSS[outcome]}'>{html.escape(outcome)}</span>"
+
+
+def claim_cell(a_claim) -> str:
+    tag = ("<br><em>(a hypothesis of this book, not a claim of the paper: not counted)</em>" if a_claim.hypothesis
+           else "")
+    reading = f"<br><small>read as: {html.escape(a_claim.reading)}</small>" if a_claim.reading else ""
+    return (f"<strong>{html.escape(a_claim.summary)}</strong>{tag}<br><small>“{html.escape(a_claim.words)}” "
+            f"({html.escape(a_claim.source)})</small>{reading}")
+
+
+def paper_cell(a_claim) -> str:
+    unit = "" if a_claim.unit == "points" else f" {a_claim.unit}"
+    effect = (f"<br><small>reported effect {signed(a_claim.paper_effect)}{unit}</small>"
+              if a_claim.paper_effect is not None else "")
+    return html.escape(a_claim.paper) + effect
+
+
+def lines_html(lines: list[str]) -> str:
+    return "<br>".join(f"<small>{html.escape(line)}</small>" for line in lines)
+
+
+def box_html(verdicts: list[Verdict], notes: dict[str, str]) -> str:
+    """The verdict box closing a chapter: each claim at the scale that decides it (the longest recorded budget
+    whose comparisons are complete), its deciding comparison, delta, where the paper's effect falls, the looks, and
+    the other scales beside it. ``notes``: what each recorded scale is."""
     rows = []
-    for c in claims:
-        v = c.verdict
-        detail = v.text() if c.margins is not None or v.outcome == "not checked" else \
-            f"point verdict on the means: {'holds' if c.holds else 'does not hold'} (no per-seed margin)"
-        rows.append(
-            f"<tr><td>{_claim_cell(c)}</td><td>{html.escape(c.paper)}</td><td>{_ours_cell(c)}</td>"
-            f"<td class='verdict-{css[v.outcome]}'>{html.escape(v.outcome)}<br><small>{html.escape(detail)}</small>"
-            f"</td></tr>")
-    papers = [c for c in claims if not c.hypothesis]
-    n = verdict_counts(c.verdict for c in papers)
-    counts = ", ".join(f"{k} {n[k]}" for k in (*OUTCOMES, "not checked") if n[k])
-    n_hyp = len(claims) - len(papers)
-    extra = f"; {counted(n_hyp, 'hypothesis', 'hypotheses')} of this book beside them" if n_hyp else ""
-    return (f"<div class='verdict'><p><strong>Verdict per claim</strong> ({html.escape(scale_note)}): {counts} "
-            f"(of the paper's {counted(len(papers), 'claim')}{extra}; rule: 95% t-interval of the per-seed margin, "
-            f"paired by seed, see the introduction).</p><table><thead><tr><th>claim</th><th>paper</th><th>ours</th>"
-            f"<th>verdict</th></tr>"
-            f"</thead><tbody>{''.join(rows)}</tbody></table></div>")
+    for v in verdicts:
+        if v.deciding is None:
+            verdict_cell, beside = f"{badge('not checked')}<br><small>no recorded scale has its runs yet</small>", "-"
+        else:
+            verdict_cell = f"{badge(v.outcome)} <small>({html.escape(v.deciding.scale)} scale)</small><br>" + \
+                           lines_html(detail_lines(v.deciding))
+            if v.disagree:
+                verdict_cell += (f"<br><strong>scales disagree</strong>: the {listed(v.disagree)} scale decides the "
+                                 "opposite; the longer budget's outcome counts")
+            beside = "<br>".join(f"<small>{html.escape(s)}: {html.escape(short_text(a))}"
+                                 f"{'' if a.complete else ' (partial)'}</small>" for s, a in v.others.items()) or "-"
+        rows.append(f"<tr id='claim-{html.escape(v.claim.id)}'><td>{claim_cell(v.claim)}</td>"
+                    f"<td>{paper_cell(v.claim)}</td><td>{verdict_cell}</td><td>{beside}</td></tr>")
+    n = counts(verdicts)
+    tally = ", ".join(f"{k} {n[k]}" for k in (*OUTCOMES, "not checked") if n[k]) or "none"
+    hypotheses = sum(v.claim.hypothesis for v in verdicts)
+    extra = f"; {counted(hypotheses, 'hypothesis', 'hypotheses')} of this book beside them" if hypotheses else ""
+    scales = "".join(f"<li><strong>{html.escape(s)}</strong>: {html.escape(t)}</li>" for s, t in notes.items())
+    return (f"<div class='verdict'><p><strong>Verdict per claim</strong> "
+            f"({counted(len(verdicts) - hypotheses, 'claim')} of the paper{extra}: {tally}). Each claim is decided "
+            f"at the longest recorded budget whose comparisons all have three paired seeds, by the procedure of the "
+            f"introduction (paired by seed; every comparison must pass for an 'all' claim, Holm's correction for a "
+            f"failure).</p><ul>{scales}</ul><table><thead><tr><th>claim</th><th>paper</th><th>verdict</th>"
+            f"<th>other scales</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
-RECORDED = ("paper", "reference")   # the scales that test a paper's claim (committed records)
+def assessments_html(assessments: list[Assessment], caption: str, collapsed: bool = False) -> str:
+    """Claims assessed on one set of runs (a check beside the verdicts, or a page's own smoke runs): each outcome
+    and the comparison behind it."""
+    rows = "".join(f"<tr><td>{html.escape(a.claim.summary)}</td><td>{badge(a.outcome)}<br>"
+                   f"{lines_html([deciding_text(a)])}</td></tr>" for a in assessments)
+    table = (f"<table><thead><tr><th>claim</th><th>on these runs</th></tr></thead><tbody>{rows}</tbody></table>")
+    if collapsed:
+        return f"<details class='smoke'><summary>{html.escape(caption)}</summary>{table}</details>"
+    return f"<div class='verdict'><p>{html.escape(caption)}</p>{table}</div>"
 
 
-def best_evidence(by_scale: dict[str, list[Claim]]) -> list[tuple[str, Claim, dict[str, Claim]]]:
-    """Per claim (matched by its text), the scale that decides it: the highest recorded scale (paper, then
-    reference) whose verdict has an interval (two seeds or more: a one-seed verdict is inconclusive whatever its
-    margin, so one paper-scale seed does not outrank three reference-scale seeds) and that checked the whole claim
-    (a check of part of its grid, ``Claim.partial``, decides only where no recorded scale checked all of it), else
-    the highest scale where the claim was checked (book last); returns (that scale, its claim, {other scale:
-    claim})."""
-    from fedlib.experiment import SCALES
+def smoke_html(assessments: list[Assessment], note: str) -> str:
+    """This page's own runs through the same declarations: a smoke run that shows the code trains; it tests no
+    claim and is never counted."""
+    return assessments_html(assessments, f"This page's own runs ({note}): a smoke run, not a test of any claim",
+                            collapsed=True)
 
-    order = [s for s in reversed(SCALES) if by_scale.get(s)]
-    texts: list[str] = []
-    for s in order:
-        texts += [c.claim for c in by_scale[s] if c.claim not in texts]
+
+def verdict_rows(chapter_title: str, verdicts: list[Verdict]) -> list[dict]:
+    """One row per claim for the Results overview (numbers stay numbers; the interval is a pair)."""
     out = []
-    for text in texts:
-        found = {s: c for s in order for c in by_scale[s] if c.claim == text}
-        checked = [s for s in found if found[s].verdict.outcome != "not checked"]
-        with_interval = [s for s in checked if s in RECORDED and found[s].verdict.interval is not None]
-        whole = [s for s in with_interval if not found[s].partial]
-        best = (whole or with_interval or checked or list(found))[0]
-        out.append((best, found[best], {s: c for s, c in found.items() if s != best}))
+    for v in verdicts:
+        a = v.deciding
+        d = a.decision.deciding if a is not None else None
+        out.append({"chapter": chapter_title, "id": v.claim.id, "claim": v.claim.summary,
+                    "hypothesis": v.claim.hypothesis, "outcome": v.outcome,
+                    "deciding comparison": d.label if d is not None else "",
+                    "margin": d.mean if d is not None else None,
+                    "interval": d.interval if d is not None else None,
+                    "scale": a.scale if a is not None else "", "seeds": list(a.seeds) if a is not None else [],
+                    "looks": a.looks if a is not None else 0, "delta": v.claim.delta, "unit": v.claim.unit,
+                    "disagree": v.disagree})
     return out
 
 
-def best_evidence_html(by_scale: dict[str, list[Claim]], notes: dict[str, str]) -> str:
-    """The verdict box closing a chapter, best evidence first: each claim's verdict at the scale ``best_evidence``
-    picks for it, with its margin, interval and seeds, and the other scales' verdicts beside it. ``notes``: what
-    each scale is (rounds, seeds, which records), or why a scale decides nothing yet."""
-    css = {"holds": "yes", "does not hold": "no", "inconclusive": "na", "not checked": "na"}
-    rows, decided_at = [], []
-    hypotheses = 0
-    for scale, c, others in best_evidence(by_scale):
-        v = c.verdict
-        if c.hypothesis:
-            hypotheses += 1
-        else:
-            decided_at.append((scale, v.outcome))
-        detail = v.text() if c.margins is not None or v.outcome == "not checked" else \
-            f"point verdict on the means: {'holds' if c.holds else 'does not hold'} (no per-seed margin)"
-        opposite = [s for s, o in others.items() if s in RECORDED and o.verdict.interval is not None
-                    and {o.verdict.outcome, v.outcome} == {"holds", "does not hold"}]
-        if opposite:   # a partial check at a higher scale, or a lower scale, decides the other way
-            detail += f"; the {' and '.join(opposite)} scale decides the opposite: the scales disagree"
-        beside = "<br>".join(f"{html.escape(s)}{f' ({html.escape(scope_text(o))})' if o.partial else ''}: "
-                             f"{html.escape(o.verdict.text())}" for s, o in others.items()) or "-"
-        rows.append(
-            f"<tr><td>{_claim_cell(c)}</td><td>{html.escape(c.paper)}</td><td>{_ours_cell(c)}</td>"
-            f"<td class='verdict-{css[v.outcome]}'>{html.escape(v.outcome)} <small>({html.escape(scale)} scale)</small>"
-            f"<br><small>{html.escape(detail)}</small></td><td><small>{beside}</small></td></tr>")
-    counts = "; ".join(
-        f"{s} scale: " + ", ".join(f"{o} {n}" for o in (*OUTCOMES, "not checked")
-                                   if (n := sum(1 for s_, o_ in decided_at if s_ == s and o_ == o)))
-        for s in dict.fromkeys(s for s, _ in decided_at))
-    scales = "".join(f"<li><strong>{html.escape(s)}</strong>: {html.escape(n)}</li>" for s, n in notes.items())
-    extra = f", and {counted(hypotheses, 'hypothesis', 'hypotheses')} of this book" if hypotheses else ""
-    decided = f"decided at {html.escape(counts)}" if counts else "none to decide"
-    return (f"<div class='verdict'><p><strong>Verdict per claim, best evidence first</strong> "
-            f"({counted(len(decided_at), 'claim')} of the paper{extra}; {decided}). Rule: 95% t-interval of the "
-            f"per-seed margin, paired by seed (see the introduction); only reference and paper scale test a claim of "
-            f"the paper.</p><ul>{scales}</ul>"
-            f"<table><thead><tr><th>claim</th><th>paper</th><th>ours (deciding scale)</th><th>verdict</th>"
-            f"<th>other scales</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
+def with_recorded(verdicts: list[Verdict]) -> list[Verdict]:
+    """The verdicts whose deciding scale is a recorded one."""
+    return [v for v in verdicts if v.deciding is not None and v.deciding.scale in RECORDED]

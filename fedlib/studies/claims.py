@@ -1,0 +1,312 @@
+"""A paper's claims as declared data, and how each is assessed on a scale's runs.
+
+A chapter declares its claims once (``CLAIMS``): the paper's words and where they stand, the claim's kind, the
+comparisons that decide it, the paper's reported effect, the smallest effect of interest with its reason, and the
+seeds planned before recording. Comparisons are declared over a chapter's tables (``tables(scale)``: {table: {cell:
+configs}}); at each scale they expand over the cells that scale's grid has, read the runs (``Evidence``: {table:
+{cell: records}}) seed by seed, and go to the one decision procedure (``decide``). Everything a chapter shows of its
+claims (the verdicts at every scale, the claim -> runs list, the verdict box, the Results overview) is computed
+from these declarations by shared code."""
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fedlib.studies.decide import ALPHA, KINDS, TESTS, Compared, Decision, decide
+
+Evidence = dict[str, dict[Hashable, list[dict]]]   # {table: {cell: records over seeds}}
+Peers = Callable[[str, Hashable], dict | None]   # (table, cell) -> the record of the same seed, or None
+DECIDING_SEEDS = 3     # a comparison decides at a scale once it has this many paired seeds
+RECORDED = ("paper", "reference")   # the scales that test a paper's claim (committed records), longest budget first
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """A number read off one record that is not a metric of its history (a row entropy of logged weights, rounds
+    to a target, numbers uploaded); ``of(record, peers)`` may read the same seed's other records through ``peers``."""
+    name: str
+    of: Callable[[dict, Peers], float | None]
+    unit: str = "points"
+
+
+# a metric of the records' history (read at its last evaluation, in %) or a statistic
+Metric = str | Statistic
+
+
+@dataclass(frozen=True)
+class Read:
+    """One number per seed: a cell of a table, read with a metric."""
+    table: str
+    cell: Hashable
+    metric: Metric
+    label: str
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One elementary comparison: per seed, sum(plus) - sum(minus) - shift, passing its ``test``."""
+    label: str
+    plus: tuple[Read, ...]
+    minus: tuple[Read, ...] = ()
+    shift: float = 0.0
+    test: str = "greater"
+    plus_member: str = ""    # the group member each side stands for (kind "best")
+    minus_member: str = ""
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row of a table family: the value at its slot of the cell key (the whole key where the table has no slot),
+    optionally its own label, metric and table."""
+    key: Hashable
+    label: str | None = None
+    metric: Metric | None = None
+    table: str | None = None
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """Comparisons "plus above minus" for each (plus, minus) pair of rows, in every cell of ``table`` that has them:
+    the cell key with ``slot`` set to each row's key (``slot`` None: the row's key is the whole cell key). ``names``
+    formats each slot of the key for labels ("Setting {}", "s = {}"; its own slot ignored); ``where`` keeps the cells
+    whose slots hold these values."""
+    table: str
+    pairs: tuple[tuple[Row, Row], ...]
+    metric: Metric
+    slot: int | None = None
+    names: tuple[str, ...] = ()
+    where: tuple[tuple[int, Hashable], ...] = ()
+    test: str = "greater"
+    shift: float = 0.0
+
+    def expand(self, evidence: Evidence, labels: dict) -> list[Comparison]:
+        """The comparisons over the cells ``evidence`` has for the tables this family reads (a cell the scale's grid
+        lacks is no comparison at that scale)."""
+        def label(row: Row) -> str:
+            return row.label or labels.get(row.key, str(row.key))
+
+        keys = {row.key for pair in self.pairs for row in pair}
+        contexts: list[tuple] = []
+        if self.slot is None:
+            contexts = [()]
+        else:
+            for cell in evidence.get(self.table, {}):
+                if (isinstance(cell, tuple) and cell[self.slot] in keys
+                        and all(cell[i] == v for i, v in self.where)):
+                    context = cell[:self.slot] + cell[self.slot + 1:]
+                    if context not in contexts:
+                        contexts.append(context)
+        out = []
+        for context in contexts:
+            words = self.context_words(context, labels)
+            for plus, minus in self.pairs:
+                reads = []
+                for row in (plus, minus):
+                    table = row.table or self.table
+                    cell = row.key if self.slot is None else context[:self.slot] + (row.key,) + context[self.slot:]
+                    if cell not in evidence.get(table, {}):
+                        break
+                    reads.append(Read(table, cell, row.metric or self.metric, label(row)))
+                else:
+                    out.append(Comparison(f"{reads[0].label} − {reads[1].label}" + (f", {words}" if words else ""),
+                                          (reads[0],), (reads[1],), self.shift, self.test, str(plus.key),
+                                          str(minus.key)))
+        return out
+
+    def context_words(self, context: tuple, labels: dict) -> str:
+        if self.slot is None:
+            return ""
+        names = [n for i, n in enumerate(self.names) if i != self.slot] if self.names else []
+        return ", ".join(name.format(labels.get(value, value) if isinstance(value, Hashable) else value)
+                         for name, value in zip(names, context) if name)
+
+
+def rows(keys) -> tuple[Row, ...]:
+    return tuple(k if isinstance(k, Row) else Row(k) for k in keys)
+
+
+def versus(table: str, method, rivals, metric: Metric, **kw) -> Pairs:
+    """``method`` against each of ``rivals`` in every cell of ``table``."""
+    (own,), others = rows([method]), rows(rivals)
+    return Pairs(table, tuple((own, r) for r in others), metric, **kw)
+
+
+def each_above(table: str, upper, lower, metric: Metric, **kw) -> Pairs:
+    """Every row of ``upper`` against every row of ``lower`` in every cell of ``table``."""
+    return Pairs(table, tuple((u, lo) for u in rows(upper) for lo in rows(lower)), metric, **kw)
+
+
+def chain(table: str, steps, metric: Metric, **kw) -> Pairs:
+    """Each row of ``steps`` above the one before it (an ablation that adds one module at a time)."""
+    ordered = rows(steps)
+    return Pairs(table, tuple(zip(ordered[1:], ordered[:-1])), metric, **kw)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A claim of a paper (or a hypothesis of the book), declared once."""
+    id: str               # stable: what the book links to and the tests name
+    summary: str          # the claim in one line, as the tables show it
+    words: str            # the paper's own sentence(s), quoted
+    source: str           # where they stand: section, table or figure
+    compare: tuple        # the comparisons that decide it: Pairs families and single Comparisons
+    paper: str            # the paper's numbers behind it, in words
+    paper_effect: float | None   # the effect the paper reports for the deciding comparison (the metric's units)
+    delta: float          # the smallest effect of interest (the metric's units)
+    delta_reason: str     # why that delta
+    kind: str = "all"     # decide.KINDS
+    required: int | None = None   # "most": how many comparisons must pass (default: a majority)
+    reading: str = ""     # how the sentence is read where that needs saying
+    seeds: tuple[int, ...] = (0, 1, 2)   # planned before recording; more seeds read make a second look
+    hypothesis: bool = False   # a hypothesis of this book, not a claim of the paper: shown, never counted
+    unit: str = "points"
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"claim {self.id}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
+        for c in self.compare:
+            if c.test not in TESTS:
+                raise ValueError(f"claim {self.id}: test {c.test!r} is not one of {', '.join(TESTS)}")
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """The tables its comparisons read, in order."""
+        names: dict[str, None] = {}
+        for c in self.compare:
+            if isinstance(c, Pairs):
+                names[c.table] = None
+                names.update((row.table, None) for pair in c.pairs for row in pair if row.table)
+            else:
+                names.update((r.table, None) for r in (*c.plus, *c.minus))
+        return tuple(names)
+
+    def comparisons(self, evidence: Evidence, labels: dict) -> list[Comparison]:
+        out: list[Comparison] = []
+        for c in self.compare:
+            if isinstance(c, Pairs):
+                out += c.expand(evidence, labels)
+            elif all(r.cell in evidence.get(r.table, {}) for r in (*c.plus, *c.minus)):
+                out.append(c)
+        return out
+
+
+def metric_value(record: dict, metric: Metric, last: int, peers: Peers) -> float | None:
+    """``record``'s value of ``metric``: a statistic, or 100 x the mean of the metric's last ``last`` evaluations."""
+    if isinstance(metric, Statistic):
+        return metric.of(record, peers)
+    evals = [row[metric] for row in record.get("history", []) if metric in row]
+    return 100 * float(np.mean(evals[-last:])) if evals else None
+
+
+def seed_values(read: Read, evidence: Evidence, last: int = 1) -> dict[int, float]:
+    """{seed: value} of one read (diverged stand-ins and missing values left out)."""
+    out = {}
+    for record in evidence.get(read.table, {}).get(read.cell) or []:
+        if record.get("diverged"):
+            continue
+        seed = int(record["seed"])
+
+        def peers(table, cell, seed=seed):
+            return next((r for r in evidence.get(table, {}).get(cell) or [] if int(r["seed"]) == seed
+                         and not r.get("diverged")), None)
+
+        value = metric_value(record, read.metric, last, peers)
+        if value is not None and np.isfinite(value):
+            out[seed] = float(value)
+    return out
+
+
+def differences(c: Comparison, evidence: Evidence, last: int = 1) -> dict[int, float]:
+    """{seed: sum(plus) - sum(minus) - shift} over the seeds every read has (paired by seed)."""
+    values = [seed_values(r, evidence, last) for r in (*c.plus, *c.minus)]
+    seeds = sorted(set.intersection(*(set(v) for v in values))) if values else []
+    k = len(c.plus)
+    return {s: sum(v[s] for v in values[:k]) - sum(v[s] for v in values[k:]) - c.shift for s in seeds}
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """A claim assessed on one scale's runs."""
+    claim: Claim
+    scale: str
+    decision: Decision
+    seeds: tuple[int, ...]          # the seeds its comparisons read
+    declared: int                   # comparisons its grid at this scale has
+    complete: bool                  # every one with DECIDING_SEEDS paired seeds or more
+
+    @property
+    def outcome(self) -> str:
+        return self.decision.outcome if self.decision.compared else "not checked"
+
+    @property
+    def looks(self) -> int:
+        return self.decision.looks
+
+
+def assess(claim: Claim, evidence: Evidence, scale: str, labels: dict | None = None, last: int = 1) -> Assessment:
+    """``claim`` decided on ``evidence`` (one scale's runs). A comparison with fewer than two paired seeds is missing
+    (it keeps an "all" claim from holding); reading seeds beyond the claim's planned ones is a second look."""
+    comparisons = claim.comparisons(evidence, labels or {})
+    diffs = [(c, differences(c, evidence, last)) for c in comparisons]
+    used = sorted({s for _, d in diffs if len(d) >= 2 for s in d})
+    looks = 2 if set(used) - set(claim.seeds) else 1
+    alpha = ALPHA / looks
+    compared = [Compared(c.label, tuple(d), tuple(d.values()), alpha, claim.delta, c.test, c.plus_member,
+                         c.minus_member) for c, d in diffs if len(d) >= 2]
+    missing = [c.label for c, d in diffs if len(d) < 2]
+    decision = decide(compared, claim.kind, looks, claim.required, missing)
+    complete = bool(comparisons) and all(len(d) >= DECIDING_SEEDS for _, d in diffs)
+    return Assessment(claim, scale, decision, tuple(used), len(comparisons), complete)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A claim's verdict across scales: the scale that decides it and the others beside it."""
+    claim: Claim
+    deciding: Assessment | None
+    others: dict[str, Assessment] = field(default_factory=dict)
+
+    @property
+    def outcome(self) -> str:
+        return self.deciding.outcome if self.deciding else "not checked"
+
+    @property
+    def disagree(self) -> list[str]:
+        """The other recorded scales that decide the opposite way."""
+        decided = {"holds", "does not hold"}
+        if self.deciding is None or self.outcome not in decided:
+            return []
+        return [s for s, a in self.others.items()
+                if s in RECORDED and a.outcome in decided and a.outcome != self.outcome]
+
+
+def verdict(claim: Claim, by_scale: dict[str, Assessment]) -> Verdict:
+    """The longest-budget recorded scale whose comparisons are all complete decides; where none is, the longest one
+    with any comparison (a partial check: it can say "does not hold", never "holds" for an "all" claim). Book scale
+    never decides (a smoke run)."""
+    recorded = [s for s in RECORDED if s in by_scale and by_scale[s].decision.compared]
+    scale = next((s for s in recorded if by_scale[s].complete), recorded[0] if recorded else None)
+    deciding = by_scale[scale] if scale else None
+    return Verdict(claim, deciding, {s: a for s, a in by_scale.items() if s != scale})
+
+
+def counts(verdicts: Iterable[Verdict]) -> dict[str, int]:
+    """The paper's claims (hypotheses of the book left out) by outcome."""
+    from fedlib.studies.decide import OUTCOMES
+
+    out = dict.fromkeys((*OUTCOMES, "not checked"), 0)
+    for v in verdicts:
+        if not v.claim.hypothesis:
+            out[v.outcome] += 1
+    return out
+
+
+def paired(plus: list[dict], minus: list[dict], metric: Metric = "personal_local_acc",
+           last: int = 1) -> dict[int, float]:
+    """{seed: plus - minus} of two cells' records read with ``metric``, over the seeds both have (one comparison,
+    outside any claim: the checks beside the verdicts)."""
+    evidence: Evidence = {"": {"plus": plus, "minus": minus}}
+    return differences(Comparison("", (Read("", "plus", metric, ""),), (Read("", "minus", metric, ""),)), evidence,
+                       last)

@@ -1,0 +1,179 @@
+"""Claims as declared data: how a declaration expands over a scale's cells, reads runs seed by seed, goes through the
+decision procedure, and which scale decides it (``fedlib.studies.claims``); every chapter's declarations are checked
+for what the book needs of them."""
+import html
+
+import numpy as np
+import pytest
+
+from fedlib.studies.claims import (
+    Claim,
+    Comparison,
+    Pairs,
+    Read,
+    Row,
+    Statistic,
+    assess,
+    chain,
+    differences,
+    each_above,
+    verdict,
+    versus,
+)
+
+
+def rec(seed: int, value: float, metric: str = "acc", **extra) -> dict:
+    """A record whose last evaluated ``metric`` is ``value`` %."""
+    return {"seed": seed, "history": [{"round": 1, metric: 0.0}, {"round": 2, metric: value / 100}], **extra}
+
+
+def cell(values, metric: str = "acc") -> list[dict]:
+    return [rec(s, v, metric) for s, v in enumerate(values)]
+
+
+def claim(*compare, kind="all", delta=0.5, effect=None, **kw) -> Claim:
+    return Claim("c", "a claim", "the paper's words", "Table 1", tuple(compare), "paper numbers", effect, delta,
+                 "a reason", kind=kind, **kw)
+
+
+def test_versus_expands_over_the_cells_the_scales_grid_has_and_labels_them():
+    evidence = {"t": {(m, st): [] for m in ("ours", "a", "b") for st in (1, 2)}}
+    found = versus("t", "ours", ["a", "b"], "acc", slot=0, names=("", "Setting {}")).expand(
+        evidence, {"ours": "Ours", "a": "A"})
+    assert [c.label for c in found] == ["Ours − A, Setting 1", "Ours − b, Setting 1", "Ours − A, Setting 2",
+                                        "Ours − b, Setting 2"]
+    assert found[0].plus[0].cell == ("ours", 1) and found[0].minus[0].cell == ("a", 1)
+    # a cell the scale's grid lacks is no comparison there; ``where`` keeps the cells it names
+    del evidence["t"][("b", 2)]
+    assert len(versus("t", "ours", ["a", "b"], "acc", slot=0).expand(evidence, {})) == 3
+    assert len(versus("t", "ours", ["a", "b"], "acc", slot=0, where=((1, 2),)).expand(evidence, {})) == 1
+
+
+def test_chain_and_each_above_and_rows_from_another_table():
+    evidence = {"abl": {k: [] for k in ("none", "+x", "+y")}, "main": {"full": []}}
+    steps = chain("abl", ["none", "+x", "+y"], "acc").expand(evidence, {})
+    assert [c.label for c in steps] == ["+x − none", "+y − +x"]
+    grid = {"t": {(m,): [] for m in ("p", "q", "a", "b")}}
+    assert len(each_above("t", ["p", "q"], ["a", "b"], "acc", slot=0).expand(grid, {})) == 4
+    across = Pairs("abl", ((Row("full", "Full", table="main"), Row("+y")),), "acc").expand(evidence, {})
+    assert across[0].plus[0] == Read("main", "full", "acc", "Full")
+
+
+def test_differences_are_paired_by_seed_with_shifts_and_sums():
+    evidence = {"t": {"a": cell([80, 82, 81]), "b": cell([78, 83]) + [rec(3, 70)], "c": cell([1, 1, 1])}}
+    c = Comparison("a - b", (Read("t", "a", "acc", "a"),), (Read("t", "b", "acc", "b"),))
+    assert differences(c, evidence) == pytest.approx({0: 2.0, 1: -1.0})   # seed 2 and 3 are not in both
+    shifted = Comparison("a + c - b - 1", (Read("t", "a", "acc", "a"), Read("t", "c", "acc", "c")),
+                         (Read("t", "b", "acc", "b"),), shift=1.0)
+    assert differences(shifted, evidence) == pytest.approx({0: 2.0, 1: -1.0})
+    # a statistic reads a record and may read the same seed's other records
+    def over_b(r, peers):
+        b = peers("t", "b")
+        return None if b is None else r["history"][-1]["acc"] / b["history"][-1]["acc"]
+
+    ratio = Statistic("a over b", over_b)
+    assert differences(Comparison("r", (Read("t", "a", ratio, "a"),)), evidence)[0] == pytest.approx(80 / 78)
+    # a diverged stand-in is left out
+    evidence["t"]["a"].append({"seed": 3, "diverged": True, "final": {}})
+    assert 3 not in differences(c, evidence)
+
+
+def test_the_mean_of_the_last_evaluations():
+    r = {"seed": 0, "history": [{"round": 1, "acc": 0.5}, {"round": 2, "acc": 0.7}, {"round": 3, "acc": 0.9}]}
+    c = Comparison("x", (Read("t", "a", "acc", "a"),))
+    assert differences(c, {"t": {"a": [r]}}, last=2) == {0: pytest.approx(80.0)}
+
+
+def test_assess_reads_looks_from_the_planned_seeds_and_knows_a_partial_check():
+    evidence = {"t": {"ours": cell([82, 83, 84, 85, 86]), "rival": cell([80, 80, 80, 80, 80])}}
+    c = claim(versus("t", "ours", ["rival"], "acc"))
+    a = assess(c, evidence, "reference")
+    assert a.outcome == "holds" and a.looks == 2 and a.decision.alpha == pytest.approx(0.025) and a.complete
+    three = {"t": {k: v[:3] for k, v in evidence["t"].items()}}
+    assert assess(c, three, "reference").looks == 1
+    two = {"t": {k: v[:2] for k, v in evidence["t"].items()}}
+    assert not assess(c, two, "reference").complete
+    empty = {"t": {"ours": [], "rival": []}}
+    assert assess(c, empty, "paper").outcome == "not checked"
+
+
+def test_the_longest_recorded_budget_with_complete_comparisons_decides_and_disagreement_is_named():
+    up = {"t": {"ours": cell([82, 83, 84]), "rival": cell([80, 80, 80])}}
+    down = {"t": {"ours": cell([78, 77, 79]), "rival": cell([80, 80, 80])}}
+    c = claim(versus("t", "ours", ["rival"], "acc"))
+    v = verdict(c, {"reference": assess(c, down, "reference"), "paper": assess(c, up, "paper")})
+    assert v.deciding.scale == "paper" and v.outcome == "holds" and v.disagree == ["reference"]
+    # paper scale at two seeds: not complete, so the reference scale decides
+    two = {"t": {k: recs[:2] for k, recs in up["t"].items()}}
+    v = verdict(c, {"reference": assess(c, down, "reference"), "paper": assess(c, two, "paper")})
+    assert v.deciding.scale == "reference" and v.outcome == "does not hold"
+    # the book scale never decides
+    v = verdict(c, {"book": assess(c, up, "book")})
+    assert v.deciding is None and v.outcome == "not checked"
+
+
+def test_a_claim_declares_a_known_kind_and_test():
+    with pytest.raises(ValueError, match="kind"):
+        claim(versus("t", "a", ["b"], "acc"), kind="some")
+    with pytest.raises(ValueError, match="test"):
+        claim(versus("t", "a", ["b"], "acc", test="bigger"))
+
+
+def test_the_box_names_the_deciding_comparison_delta_the_papers_effect_the_looks_and_the_scale():
+    from fedlib.studies.verdicts import box_html
+
+    evidence = {"t": {"ours": cell([82, 83, 84, 85, 86]), "rival": cell([80, 80, 80, 80, 80]),
+                      "other": cell([85, 86, 84, 85, 86])}}
+    held = claim(versus("t", "ours", ["rival"], "acc"), effect=10.0)
+    failed = Claim("h", "a hypothesis", "w", "s", (versus("t", "ours", ["other"], "acc"),), "p", None, 0.5, "r",
+                   hypothesis=True)
+    box = html.unescape(box_html([verdict(c, {"reference": assess(c, evidence, "reference")}) for c in (held, failed)],
+                                 {"reference": "R = 10"}))
+    # differences 2-6: mean 4, standard error 1.5811 / sqrt(5); t(0.975, 4) = 2.7764: +-1.96
+    assert "weakest: ours − rival: +4.00 [+2.04, +5.96] at 5 seeds" in box
+    assert "delta 0.5: a reason" in box and "the paper's effect +10.00: above the interval: ruled out here" in box
+    assert "2 looks (seeds 3 and 4 added after the verdict at seeds 0-2 was seen): one-sided 97.5% bounds" in box
+    assert "(1 claim of the paper; 1 hypothesis of this book beside them: holds 1)" in box
+    assert "a hypothesis of this book, not a claim of the paper: not counted" in box
+
+
+# ---------------------------------------------------------------------- every chapter's declarations
+def chapter_list():
+    from fedlib.studies.registry import chapters
+
+    return list(chapters().values())
+
+
+@pytest.mark.parametrize("chapter", chapter_list(), ids=lambda c: c.name)
+def test_every_chapters_claims_are_declared_once_and_read_its_tables(chapter):
+    """Stable, unique ids and texts; every table a claim reads is a table of the chapter (or a view of them) with a
+    description in ``TABLE_RUNS``; a smallest effect of interest with its reason; planned seeds."""
+    claims = chapter.claims
+    assert len({c.id for c in claims}) == len(claims) and len({c.summary for c in claims}) == len(claims)
+    tables = set(chapter.tables("reference")) | set(chapter.tables("paper"))
+    for c in claims:
+        assert set(c.tables) <= tables | set(getattr(chapter.study, "TABLE_RUNS", {})), (c.id, c.tables)
+        assert set(c.tables) <= set(chapter.TABLE_RUNS), c.id
+        assert c.delta >= 0 and c.delta_reason and c.words and c.source and c.seeds
+        assert c.delta > 0 or c.kind == "deterministic", c.id
+        for scale in ("reference", "paper"):   # never a method against itself
+            evidence = {t: dict.fromkeys(g, []) for t, g in chapter.tables(scale).items()}
+            if hasattr(chapter.study, "views"):
+                evidence = chapter.study.views(evidence, scale)
+            for comparison in c.comparisons(evidence, chapter.LABELS):
+                assert set(comparison.plus).isdisjoint(comparison.minus), (c.id, comparison.label)
+
+
+def test_the_papers_claims_number_thirty_six_and_the_book_keeps_four_hypotheses():
+    claims = [c for ch in chapter_list() for c in ch.claims]
+    assert sum(not c.hypothesis for c in claims) == 36 and sum(c.hypothesis for c in claims) == 4
+
+
+def test_no_claim_is_decided_from_a_minimum_or_maximum_over_seeds():
+    """Every declared comparison is a sum of reads minus a shift: no function of several methods' values per seed
+    (the old per-seed minima and maxima) can be declared."""
+    for ch in chapter_list():
+        for c in ch.claims:
+            for family in c.compare:
+                assert isinstance(family, (Pairs, Comparison)), (ch.name, c.id)
+    assert np.isfinite(0.0)
