@@ -1,6 +1,7 @@
 """Claims as declared data: how a declaration expands over a scale's cells, reads runs seed by seed, goes through the
 decision procedure, and which scale decides it (``fedlib.studies.claims``); every chapter's declarations are checked
 for what the book needs of them."""
+import dataclasses
 import html
 
 import numpy as np
@@ -177,3 +178,33 @@ def test_no_claim_is_decided_from_a_minimum_or_maximum_over_seeds():
             for family in c.compare:
                 assert isinstance(family, (Pairs, Comparison)), (ch.name, c.id)
     assert np.isfinite(0.0)
+
+
+def test_the_deciding_margin_by_round_and_whether_it_still_moves():
+    """Two cells evaluated at rounds 10, 20 and 30 on three seeds: the comparison's mean difference at each round is
+    read from the records cut there (history up to the round); a margin closing towards 0 by more than its interval's
+    half-width over the last third of the rounds still moves, one moving away from 0 does not, nor a sign change
+    smaller than delta; the same comparison on the other side of 0 at a longer budget does."""
+    from fedlib.studies.claims import BUDGET, still_moving, trajectory
+    from fedlib.studies.decide import Compared
+
+    def curve(seed, values):
+        return {"seed": seed, "history": [{"round": r, "acc": v / 100} for r, v in zip((10, 20, 30), values)]}
+
+    evidence = {"t": {"a": [curve(s, [50, 60, 70 + s]) for s in range(3)],
+                      "b": [curve(s, [55, 62, 69]) for s in range(3)]}}
+    c = Comparison("a − b", (Read("t", "a", "acc", "a"),), (Read("t", "b", "acc", "b"),))
+    assert trajectory(c, evidence) == pytest.approx({10: -5.0, 20: -2.0, 30: 2.0})   # 70-72 minus 69 at round 30
+    tight = Compared("a − b", (0, 1, 2), (1.0, 2.0, 3.0), delta=0.5)   # half-width 1.69
+    assert "changed sign" in still_moving({10: -5.0, 20: -2.0, 30: 2.0}, tight)
+    assert still_moving({10: -1.0, 20: -0.2, 30: 0.1}, tight) == ""              # 0.3 < delta 0.5
+    assert "towards 0" in still_moving({10: 9.0, 20: 6.0, 30: 4.0}, tight)      # last third (20-30): 6 -> 4
+    assert still_moving({10: 2.0, 20: 4.0, 30: 6.0}, tight) == ""               # away from 0: only stronger
+    assert still_moving({10: 2.0, 30: 6.0}, tight) == ""                        # too few rounds to say
+    longer = Compared("a − b", (0, 1, 2), (-1.0, -2.0, -3.0))
+    assert still_moving({}, tight, longer, "paper").startswith("at paper scale the same comparison is behind")
+    held = claim(versus("t", "a", ["b"], "acc"))
+    v = verdict(held, {"reference": assess(held, evidence, "reference")})
+    assert v.decided_outcome == "holds"
+    moved = dataclasses.replace(v, moving="the margin changed sign")
+    assert moved.outcome == BUDGET and moved.decided_outcome == "holds"

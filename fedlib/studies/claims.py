@@ -9,6 +9,7 @@ claims (the verdicts at every scale, the claim -> runs list, the verdict box, th
 from these declarations by shared code."""
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 
@@ -261,25 +262,38 @@ def assess(claim: Claim, evidence: Evidence, scale: str, labels: dict | None = N
     return Assessment(claim, scale, decision, tuple(used), len(comparisons), complete)
 
 
+BUDGET = "inconclusive: budget"   # a decided outcome whose deciding margin still moves: not counted as decided
+DECIDED = ("holds", "does not hold", "no material difference")
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """A claim's verdict across scales: the scale that decides it and the others beside it."""
+    """A claim's verdict across scales: the scale that decides it and the others beside it; the deciding
+    comparison's margin at each evaluated round of each scale that has it, and why it still moves ("" where not)."""
     claim: Claim
     deciding: Assessment | None
     others: dict[str, Assessment] = field(default_factory=dict)
+    trajectory: dict[str, dict[int, float]] = field(default_factory=dict)
+    moving: str = ""
+
+    @property
+    def decided_outcome(self) -> str:
+        """The deciding scale's outcome, whether or not its margin still moves."""
+        return self.deciding.outcome if self.deciding else "not checked"
 
     @property
     def outcome(self) -> str:
-        return self.deciding.outcome if self.deciding else "not checked"
+        """The outcome counted: a decided one whose deciding margin still moves counts as "inconclusive: budget"."""
+        return BUDGET if self.moving and self.decided_outcome in DECIDED else self.decided_outcome
 
     @property
     def disagree(self) -> list[str]:
         """The other recorded scales that decide the opposite way."""
         decided = {"holds", "does not hold"}
-        if self.deciding is None or self.outcome not in decided:
+        if self.deciding is None or self.decided_outcome not in decided:
             return []
         return [s for s, a in self.others.items()
-                if s in RECORDED and a.outcome in decided and a.outcome != self.outcome]
+                if s in RECORDED and a.outcome in decided and a.outcome != self.decided_outcome]
 
 
 def verdict(claim: Claim, by_scale: dict[str, Assessment]) -> Verdict:
@@ -292,11 +306,90 @@ def verdict(claim: Claim, by_scale: dict[str, Assessment]) -> Verdict:
     return Verdict(claim, deciding, {s: a for s, a in by_scale.items() if s != scale})
 
 
+def cut(record: dict, rnd: int) -> dict:
+    """A record as it stood at round ``rnd``: its history up to it, its final row the last of them."""
+    history = [h for h in record.get("history", []) if h["round"] <= rnd]
+    return {**record, "history": history, "final": history[-1] if history else {}}
+
+
+def trajectory(c: Comparison, evidence: Evidence, last: int = 1) -> dict[int, float]:
+    """The comparison's mean difference over its paired seeds at each round its metrics were evaluated ({} for a
+    comparison of statistics, which have no rounds)."""
+    reads = (*c.plus, *c.minus)
+    if any(isinstance(r.metric, Statistic) for r in reads):
+        return {}
+    cells = {(r.table, r.cell): evidence.get(r.table, {}).get(r.cell) or [] for r in reads}
+    rounds = sorted({int(row["round"]) for recs in cells.values() for rec in recs for row in rec.get("history", [])
+                     if any(r.metric in row for r in reads)})
+    out = {}
+    for rnd in rounds:
+        at: Evidence = {}
+        for (table, cell), recs in cells.items():
+            at.setdefault(table, {})[cell] = [cut(rec, rnd) for rec in recs]
+        found = differences(c, at, last)
+        if found:
+            out[rnd] = float(np.mean(list(found.values())))
+    return out
+
+
+def side(c: Compared) -> str:
+    """Where one comparison's interval lies: "ahead" (above 0), "behind" (below 0) or "not separated"."""
+    lo, hi = c.bound("lower"), c.bound("upper")
+    return "ahead" if lo is not None and lo > 0 else "behind" if hi is not None and hi < 0 else "not separated"
+
+
+def still_moving(path: dict[int, float], deciding: Compared, longer: Compared | None = None,
+                 longer_scale: str = "") -> str:
+    """Why a deciding margin still moves, or "": the same comparison at a longer budget lies on another side of 0;
+    or over the last third of the rounds its mean changed sign by more than delta, or moved towards 0 by more than
+    its interval's half-width (a margin moving away from 0 only strengthens the outcome it gives)."""
+    from fedlib.studies.decide import signed
+
+    if longer is not None and longer.n >= 2 and side(longer) != side(deciding):
+        return (f"at {longer_scale} scale the same comparison is {side(longer)} ({longer.text()}), here "
+                f"{side(deciding)}")
+    if len(path) < 3 or deciding.interval is None:
+        return ""
+    rounds = sorted(path)
+    tail = [r for r in rounds if r >= rounds[-1] * 2 / 3]
+    start, end = path[tail[0]], path[rounds[-1]]
+    half = (deciding.interval[1] - deciding.interval[0]) / 2
+    if start * end < 0 and abs(end - start) > deciding.delta:
+        return f"the margin changed sign over the last third of the rounds ({signed(start)} at round {tail[0]}, " \
+               f"{signed(end)} at round {rounds[-1]})"
+    if abs(end) < abs(start) and abs(end - start) > half:
+        return (f"the margin moved {signed(end - start)} towards 0 over the last third of the rounds (round {tail[0]} "
+                f"to {rounds[-1]}), more than its interval's half-width {half:.2f}")
+    return ""
+
+
+def with_trajectory(v: Verdict, evidence: dict[str, Evidence], last: dict[str, int], labels: dict) -> Verdict:
+    """``v`` with its deciding comparison's margin by round at every scale that has the comparison, and whether it
+    still moves (``still_moving``: within the deciding scale, or against a longer budget's outcome)."""
+    if v.deciding is None or v.deciding.decision.deciding is None:
+        return v
+    deciding = v.deciding.decision.deciding
+    paths, longer, longer_scale = {}, None, ""
+    for scale, found in evidence.items():
+        same = next((c for c in v.claim.comparisons(found, labels) if c.label == deciding.label), None)
+        if same is None:
+            continue
+        path = trajectory(same, found, last[scale])
+        if path:
+            paths[scale] = path
+        budget = RECORDED.index(scale) if scale in RECORDED else len(RECORDED)
+        if budget < RECORDED.index(v.deciding.scale) and scale in v.others:
+            longer_scale = scale
+            longer = next((c for c in v.others[scale].decision.compared if c.label == deciding.label), None)
+    moving = still_moving(paths.get(v.deciding.scale, {}), deciding, longer, longer_scale)
+    return dataclasses.replace(v, trajectory=paths, moving=moving)
+
+
 def counts(verdicts: Iterable[Verdict]) -> dict[str, int]:
     """The paper's claims (hypotheses of the book left out) by outcome."""
     from fedlib.studies.decide import OUTCOMES
 
-    out = dict.fromkeys((*OUTCOMES, "not checked"), 0)
+    out = dict.fromkeys((*OUTCOMES, BUDGET, "not checked"), 0)
     for v in verdicts:
         if not v.claim.hypothesis:
             out[v.outcome] += 1

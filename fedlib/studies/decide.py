@@ -213,6 +213,9 @@ def decide(compared, kind: str = "all", looks: int = 1, required: int | None = N
         deciding = min((c for c, a in zip(compared, against) if a), key=lambda c: c.p_against)
     elif outcome == "no material difference":
         deciding = min((c for c, s in zip(compared, negligible) if s), key=lambda c: c.p_negligible)
+    elif kind == "most":   # the comparison whose passing decides the count: the need-th strongest
+        ranked = sorted(compared, key=lambda c: (c.p_support, -c.mean))
+        deciding = ranked[min(need, len(ranked)) - 1]
     else:
         deciding = max(compared, key=lambda c: (c.p_support, -c.mean))
     return Decision(outcome, kind, compared, deciding, level, looks, pos, neg, sum(negligible), need, missing)

@@ -11,7 +11,7 @@ import numpy as np
 from fedlib.data.partition import fedgpa_setting
 from fedlib.experiment import Config, make_config
 from fedlib.plots import chance_line, floor_line
-from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Statistic, chain, each_above, versus
+from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Statistic, chain, cut, each_above, versus
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     RUNTIME,
     convergence_grid,
@@ -532,12 +532,6 @@ NOT_OFFLINE = [
     ("accuracy against s on CIFAR-10 (Fig. 5)", "CIFAR-10 is not available offline; the chapter's s sweep on FMNIST "
      "runs at book scale only"),
 ]
-
-
-def cut(record: dict, rnd: int) -> dict:
-    """A record as it stood at round ``rnd``: its history up to it, its final row the last of them."""
-    history = [h for h in record["history"] if h["round"] <= rnd]
-    return {**record, "history": history, "final": history[-1] if history else {}}
 
 
 def margin_stability(rounds=(10, 20, 30, 50, 100, 150)) -> list[dict]:

@@ -4,6 +4,7 @@ each chapter's headline table and this page's own smoke runs, read from the summ
 run (``common.save_summary``)."""
 from __future__ import annotations
 
+from fedlib.studies.claims import BUDGET
 from fedlib.studies.common import load_summaries
 from fedlib.studies.decide import OUTCOMES
 from fedlib.studies.registry import chapters
@@ -52,6 +53,7 @@ def claims_table(found: dict | None = None):
     return pd.DataFrame([{
         "chapter": r["chapter"], "claim": r["claim"] + (" (a hypothesis of this book)" if r["hypothesis"] else ""),
         "outcome": r["outcome"] + (" (scales disagree)" if r["disagree"] else ""),
+        "still moving": "yes" if r["moving"] else "no",
         "deciding comparison": r["deciding comparison"] or "-", "margin [interval]": interval_text(r),
         "scale": r["scale"] or "-", "seeds": len(r["seeds"]), "looks": r["looks"] or "-"} for r in rows])
 
@@ -61,7 +63,7 @@ def outcome_counts(found: dict | None = None) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for r in claim_rows(found):
         if not r["hypothesis"]:
-            out.setdefault(r["chapter"], dict.fromkeys((*OUTCOMES, "not checked"), 0))[r["outcome"]] += 1
+            out.setdefault(r["chapter"], dict.fromkeys((*OUTCOMES, BUDGET, "not checked"), 0))[r["outcome"]] += 1
     return out
 
 
@@ -76,13 +78,13 @@ def counts_table(found: dict | None = None):
 def decided_sentence(found: dict | None = None) -> str:
     """The book's answer in one sentence: every chapter's claims at the scale that decides each."""
     per_chapter = outcome_counts(found)
-    total = {o: sum(n[o] for n in per_chapter.values()) for o in (*OUTCOMES, "not checked")}
+    total = {o: sum(n[o] for n in per_chapter.values()) for o in (*OUTCOMES, BUDGET, "not checked")}
     claims = sum(total.values())
     if not claims:
         return "No claim has a verdict at reference or paper scale yet."
     decided = total["holds"] + total["does not hold"] + total["no material difference"]
     return (f"Over {counted(len(per_chapter), 'chapter')}, {decided} of {counted(claims, 'claim')} are decided at the "
-            f"scale that decides each: " + ", ".join(f"{total[o]} {o}" for o in (*OUTCOMES, "not checked")
+            f"scale that decides each: " + ", ".join(f"{total[o]} {o}" for o in (*OUTCOMES, BUDGET, "not checked")
                                                      if total[o]) + ".")
 
 

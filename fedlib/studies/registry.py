@@ -30,7 +30,8 @@ CONTRACT = {
     "LABELS": "how tables name the methods",
 }
 # what a chapter may define beside it: views(evidence, scale) (tables its claims read that are made of other tables'
-# runs; VIEW_SOURCES names the tables a view made only of others reads), DECIDING_SCALES (the recorded scales whose records decide its claims, default both),
+# runs; VIEW_SOURCES names the tables a view made only of others reads), DECIDING_SCALES (the recorded scales whose
+# records decide its claims, default both),
 # headline_rows(runs, scale) or recorded_tables(runs, scale) (the tables show_recorded builds from committed records),
 # REFERENCE_REASONS (why its reference scale differs from the paper's protocol beyond the rounds and epochs),
 # CONVERGENCE_METRIC (the metric its reference budget's convergence check reads),
@@ -151,24 +152,35 @@ class Chapter:
         return {t: {cell: c["records"] for cell, c in stored_grid(self.name, grid, root).items()}
                 for t, grid in grids.items() if t != "convergence"}
 
-    def assess(self, scale: str, runs: dict | None = None) -> list:
-        """Every claim assessed at ``scale``: on ``runs`` ({table: {cell: records}}, a page's own runs) or on the
-        committed records (the chapter's ``views`` add the tables made of other tables' runs)."""
+    def read(self, scale: str, runs: dict | None = None) -> dict:
+        """What the claims read at ``scale``: ``runs`` ({table: {cell: records}}, a page's own runs) or the committed
+        records, with the chapter's ``views`` (the tables made of other tables' runs)."""
+        evidence = self.evidence(scale) if runs is None else dict(runs)
+        return self.study.views(evidence, scale) if hasattr(self.study, "views") else evidence
+
+    def last(self, scale: str) -> int:
+        """How many of the last evaluations a value is the mean of (FedPRP: the paper's last rounds)."""
+        return self.study.SCALES[scale].get("last", 1)
+
+    def assess(self, scale: str, runs: dict | None = None, evidence: dict | None = None) -> list:
+        """Every claim assessed at ``scale`` (on ``runs``, else the committed records; ``evidence``: already read)."""
         from fedlib.studies.claims import assess
 
-        evidence = self.evidence(scale) if runs is None else dict(runs)
-        if hasattr(self.study, "views"):
-            evidence = self.study.views(evidence, scale)
-        last = self.study.SCALES[scale].get("last", 1)
-        return [assess(c, evidence, scale, self.study.LABELS, last) for c in self.claims]
+        evidence = self.read(scale, runs) if evidence is None else evidence
+        return [assess(c, evidence, scale, self.study.LABELS, self.last(scale)) for c in self.claims]
 
     def verdicts(self) -> list:
         """Each claim's verdict from the committed records: the longest recorded budget whose comparisons are all
-        complete decides (``claims.verdict``)."""
-        from fedlib.studies.claims import verdict
+        complete decides (``claims.verdict``), with its deciding comparison's margin by round and whether it still
+        moves (``claims.with_trajectory``)."""
+        from fedlib.studies.claims import verdict, with_trajectory
 
-        by_scale = {s: self.assess(s) for s in self.deciding_scales()}
-        return [verdict(c, {s: found[i] for s, found in by_scale.items()}) for i, c in enumerate(self.claims)]
+        scales = self.deciding_scales()
+        evidence = {s: self.read(s) for s in scales}
+        by_scale = {s: self.assess(s, evidence=evidence[s]) for s in scales}
+        last = {s: self.last(s) for s in scales}
+        return [with_trajectory(verdict(c, {s: found[i] for s, found in by_scale.items()}), evidence, last,
+                                self.study.LABELS) for i, c in enumerate(self.claims)]
 
     def scale_notes(self) -> dict[str, str]:
         """What each recorded scale is: its coverage, its share of the paper's training, and at reference scale

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlib.studies.claims import RECORDED, Assessment, Verdict, counts
+from fedlib.studies.claims import BUDGET, RECORDED, Assessment, Verdict, counts
 from fedlib.studies.decide import OUTCOMES, Compared, effect_position, signed
 
 
@@ -89,7 +89,8 @@ def deciding_text(a: Assessment) -> str:
         return "no comparison has two paired seeds yet"
     unit = "" if a.claim.unit == "points" else a.claim.unit
     head = d.deciding.text(unit) if d.deciding is not None else ""
-    role = {"does not hold": "fails", "no material difference": "inside ±delta"}.get(d.outcome, "weakest")
+    role = {"does not hold": "fails", "no material difference": "inside ±delta"}.get(
+        d.outcome, f"the {d.required}th strongest" if d.kind == "most" else "weakest")
     n = len(d.compared) + len(d.missing)
     if d.kind == "most":
         tally = (f"{d.positive} of {n} comparisons pass after Holm's correction, {d.negative} fail; {d.required} "
@@ -121,6 +122,22 @@ def detail_lines(a: Assessment) -> list[str]:
     return lines
 
 
+def path_text(path: dict[int, float], points: int = 8) -> str:
+    """A margin by round in a line: at most ``points`` rounds, evenly spaced, the first and the last included."""
+    rounds = sorted(path)
+    if len(rounds) > points:
+        rounds = [rounds[round(i * (len(rounds) - 1) / (points - 1))] for i in range(points)]
+    return ", ".join(f"{r}: {signed(path[r])}" for r in rounds)
+
+
+def budget_lines(v: Verdict) -> list[str]:
+    """The deciding comparison's margin by round at each scale that has it, and whether it still moves."""
+    lines = [f"margin by round, {scale} scale: {path_text(path)}" for scale, path in v.trajectory.items()]
+    if v.moving:
+        lines.append(f"still moving: {v.moving}; counted as {BUDGET}")
+    return lines
+
+
 def short_text(a: Assessment) -> str:
     """One line: "does not hold at reference scale (FedGPA − FedAvg, Setting 3, s = 80: -0.41 [-0.95, +0.12])"."""
     d = a.decision
@@ -131,7 +148,7 @@ def short_text(a: Assessment) -> str:
 
 
 # ---------------------------------------------------------------------- the boxes
-CSS = {"holds": "yes", "does not hold": "no", "no material difference": "na", "inconclusive": "na",
+CSS = {"holds": "yes", "does not hold": "no", "no material difference": "na", "inconclusive": "na", BUDGET: "na",
        "not checked": "na"}
 
 
@@ -167,8 +184,10 @@ def box_html(verdicts: list[Verdict], notes: dict[str, str]) -> str:
         if v.deciding is None:
             verdict_cell, beside = f"{badge('not checked')}<br><small>no recorded scale has its runs yet</small>", "-"
         else:
-            verdict_cell = f"{badge(v.outcome)} <small>({html.escape(v.deciding.scale)} scale)</small><br>" + \
-                           lines_html(detail_lines(v.deciding))
+            raw = f" <small>(the deciding scale says {html.escape(v.decided_outcome)})</small>" \
+                if v.outcome != v.decided_outcome else ""
+            verdict_cell = f"{badge(v.outcome)}{raw} <small>({html.escape(v.deciding.scale)} scale)</small><br>" + \
+                           lines_html(detail_lines(v.deciding) + budget_lines(v))
             if v.disagree:
                 verdict_cell += (f"<br><strong>scales disagree</strong>: the {listed(v.disagree)} scale decides the "
                                  "opposite; the longer budget's outcome counts")
@@ -177,7 +196,7 @@ def box_html(verdicts: list[Verdict], notes: dict[str, str]) -> str:
         rows.append(f"<tr id='claim-{html.escape(v.claim.id)}'><td>{claim_cell(v.claim)}</td>"
                     f"<td>{paper_cell(v.claim)}</td><td>{verdict_cell}</td><td>{beside}</td></tr>")
     n = counts(verdicts)
-    tally = ", ".join(f"{k} {n[k]}" for k in (*OUTCOMES, "not checked") if n[k]) or "none"
+    tally = ", ".join(f"{k} {n[k]}" for k in (*OUTCOMES, BUDGET, "not checked") if n[k]) or "none"
     hypotheses = sum(v.claim.hypothesis for v in verdicts)
     extra = f"; {counted(hypotheses, 'hypothesis', 'hypotheses')} of this book beside them" if hypotheses else ""
     scales = "".join(f"<li><strong>{html.escape(s)}</strong>: {html.escape(t)}</li>" for s, t in notes.items())
@@ -185,7 +204,8 @@ def box_html(verdicts: list[Verdict], notes: dict[str, str]) -> str:
             f"({counted(len(verdicts) - hypotheses, 'claim')} of the paper{extra}: {tally}). Each claim is decided "
             f"at the longest recorded budget whose comparisons all have three paired seeds, by the procedure of the "
             f"introduction (paired by seed; every comparison must pass for an 'all' claim, Holm's correction for a "
-            f"failure).</p><ul>{scales}</ul><table><thead><tr><th>claim</th><th>paper</th><th>verdict</th>"
+            f"failure). A decided outcome whose deciding margin still moves with the rounds counts as '{BUDGET}'.</p>"
+            f"<ul>{scales}</ul><table><thead><tr><th>claim</th><th>paper</th><th>verdict</th>"
             f"<th>other scales</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
@@ -217,10 +237,10 @@ def verdict_rows(chapter_title: str, verdicts: list[Verdict]) -> list[dict]:
                     "hypothesis": v.claim.hypothesis, "outcome": v.outcome,
                     "deciding comparison": d.label if d is not None else "",
                     "margin": d.mean if d is not None else None,
-                    "interval": d.interval if d is not None else None,
+                    "interval": d.interval if d is not None and not d.deterministic else None,
                     "scale": a.scale if a is not None else "", "seeds": list(a.seeds) if a is not None else [],
                     "looks": a.looks if a is not None else 0, "delta": v.claim.delta, "unit": v.claim.unit,
-                    "disagree": v.disagree})
+                    "disagree": v.disagree, "moving": v.moving})
     return out
 
 
