@@ -20,7 +20,14 @@ from fedlib.studies.decide import ALPHA, KINDS, TESTS, Compared, Decision, decid
 Evidence = dict[str, dict[Hashable, list[dict]]]   # {table: {cell: records over seeds}}
 Peers = Callable[[str, Hashable], dict | None]   # (table, cell) -> the record of the same seed, or None
 DECIDING_SEEDS = 3     # a comparison decides at a scale once it has this many paired seeds
-RECORDED = ("paper", "reference")   # the scales that test a paper's claim (committed records), longest budget first
+LONGER = "reference 3x"   # the reference protocol at three times its rounds, for the comparisons that decide claims
+LONGER_TABLE = "@3x"      # a reference table's name with this suffix: its deciding cells at 3x the rounds
+RECORDED = ("paper", LONGER, "reference")   # the budgets that test a paper's claim (committed records), longest first
+
+
+def scale_of(budget: str) -> str:
+    """The scale whose grid holds a budget's runs (the 3x budget's are reference-scale tables)."""
+    return "reference" if budget == LONGER else budget
 
 
 @dataclass(frozen=True)
@@ -369,18 +376,20 @@ def with_trajectory(v: Verdict, evidence: dict[str, Evidence], last: dict[str, i
     if v.deciding is None or v.deciding.decision.deciding is None:
         return v
     deciding = v.deciding.decision.deciding
-    paths, longer, longer_scale = {}, None, ""
-    for scale, found in evidence.items():
-        same = next((c for c in v.claim.comparisons(found, labels) if c.label == deciding.label), None)
+    paths: dict[str, dict[int, float]] = {}
+    longer, longer_scale = None, ""
+    for scale in sorted(evidence, key=lambda s: RECORDED.index(s) if s in RECORDED else len(RECORDED)):
+        same = next((c for c in v.claim.comparisons(evidence[scale], labels) if c.label == deciding.label), None)
         if same is None:
             continue
-        path = trajectory(same, found, last[scale])
+        path = trajectory(same, evidence[scale], last[scale])
         if path:
             paths[scale] = path
-        budget = RECORDED.index(scale) if scale in RECORDED else len(RECORDED)
-        if budget < RECORDED.index(v.deciding.scale) and scale in v.others:
-            longer_scale = scale
-            longer = next((c for c in v.others[scale].decision.compared if c.label == deciding.label), None)
+        shorter = scale in RECORDED and RECORDED.index(scale) >= RECORDED.index(v.deciding.scale)
+        found = None if shorter or scale not in v.others else next(
+            (c for c in v.others[scale].decision.compared if c.label == deciding.label), None)
+        if found is not None and longer is None:   # the longest budget that has the comparison
+            longer, longer_scale = found, scale
     moving = still_moving(paths.get(v.deciding.scale, {}), deciding, longer, longer_scale)
     return dataclasses.replace(v, trajectory=paths, moving=moving)
 

@@ -580,9 +580,15 @@ def tables(scale: str) -> dict:
            "ablation": ablation_grid(scale), "beta": beta_grid(scale)}
     if scale == "reference":   # the evidence first: it says what the budget can decide
         grid = comparison_grid(scale)
-        out = {"convergence": convergence_grid({m: grid[(SCALES[scale]["datasets"][0], "shards", m)]
-                                                for m in CONVERGENCE}), **out}
+        ds = SCALES[scale]["datasets"][0]
+        out = {"convergence": convergence_grid({m: grid[(ds, "shards", m)] for m in CONVERGENCE}), **out}
+        # the comparisons that decide Tables I, II, V and VII at 3x the rounds (FedPRP on shards: a convergence run)
+        out["comparison@3x"] = convergence_grid({cell: grid[cell] for cell in DECIDING_3X})
     return out
+
+
+DECIDING_3X = [(FIRST, "shards", "fedprp"), (FIRST, "shards", "fedic"), (FIRST, "dirichlet", "fedprp"),
+               (FIRST, "dirichlet", "fedic"), (FIRST, "dirichlet", "fedrep")]
 
 
 register_chapter(__name__, "FedPRP")

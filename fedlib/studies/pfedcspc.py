@@ -704,8 +704,11 @@ def tables(scale: str) -> dict:
            "table6": table6_grid(scale), "sweeps": sweeps_grid(scale)}
     if scale == "reference":   # the evidence first: it says what the budget can decide
         grid = table2_grid(scale)
-        out = {"convergence": convergence_grid({m: grid[(SCALES[scale]["datasets"][0], m)]
-                                                for m in CONVERGENCE}), **out}
+        ds = SCALES[scale]["datasets"][0]
+        out = {"convergence": convergence_grid({m: grid[(ds, m)] for m in CONVERGENCE}), **out}
+        # the comparisons that decide Tables II and V at 3x the rounds (pFedCSPC and FedAvg: the convergence runs)
+        out["table2@3x"] = convergence_grid({(ds, m): grid[(ds, m)] for m in ("pfedcspc", "fedetf", "fedavg")})
+        out["ablations@3x"] = convergence_grid({r: out["ablations"][r] for r in ("PMI", "PMI+Align")})
     return out
 
 

@@ -140,27 +140,38 @@ class Chapter:
         return self.study.CLAIMS
 
     def deciding_scales(self) -> tuple[str, ...]:
-        from fedlib.studies.claims import RECORDED
+        """The budgets whose committed records decide its claims, longest first: paper, the reference protocol at 3x
+        the rounds (where the chapter records its deciding comparisons so: tables named ``<table>@3x``), reference."""
+        from fedlib.studies.claims import LONGER, LONGER_TABLE, RECORDED
 
-        return tuple(getattr(self.study, "DECIDING_SCALES", RECORDED))
+        has_longer = any(t.endswith(LONGER_TABLE) for t in self.study.tables("reference"))
+        return tuple(s for s in getattr(self.study, "DECIDING_SCALES", RECORDED) if s != LONGER or has_longer)
 
     def evidence(self, scale: str, root=None) -> dict:
-        """The committed records at ``scale`` of every table but the convergence check: {table: {cell: records}}."""
+        """The committed records at budget ``scale`` of every table but the convergence check: {table: {cell:
+        records}}; at the 3x budget the reference scale's ``<table>@3x`` tables, under their tables' names."""
+        from fedlib.studies.claims import LONGER, LONGER_TABLE, scale_of
         from fedlib.studies.grid import stored_grid
 
-        grids = self.study.tables(scale)
-        return {t: {cell: c["records"] for cell, c in stored_grid(self.name, grid, root).items()}
-                for t, grid in grids.items() if t != "convergence"}
+        grids = self.study.tables(scale_of(scale))
+        wanted = {t: t.removesuffix(LONGER_TABLE) for t in grids if t != "convergence"
+                  and t.endswith(LONGER_TABLE) == (scale == LONGER)}
+        return {name: {cell: c["records"] for cell, c in stored_grid(self.name, grids[t], root).items()}
+                for t, name in wanted.items()}
 
     def read(self, scale: str, runs: dict | None = None) -> dict:
         """What the claims read at ``scale``: ``runs`` ({table: {cell: records}}, a page's own runs) or the committed
         records, with the chapter's ``views`` (the tables made of other tables' runs)."""
+        from fedlib.studies.claims import scale_of
+
         evidence = self.evidence(scale) if runs is None else dict(runs)
-        return self.study.views(evidence, scale) if hasattr(self.study, "views") else evidence
+        return self.study.views(evidence, scale_of(scale)) if hasattr(self.study, "views") else evidence
 
     def last(self, scale: str) -> int:
         """How many of the last evaluations a value is the mean of (FedPRP: the paper's last rounds)."""
-        return self.study.SCALES[scale].get("last", 1)
+        from fedlib.studies.claims import scale_of
+
+        return self.study.SCALES[scale_of(scale)].get("last", 1)
 
     def assess(self, scale: str, runs: dict | None = None, evidence: dict | None = None) -> list:
         """Every claim assessed at ``scale`` (on ``runs``, else the committed records; ``evidence``: already read)."""
@@ -185,10 +196,16 @@ class Chapter:
     def scale_notes(self) -> dict[str, str]:
         """What each recorded scale is: its coverage, its share of the paper's training, and at reference scale
         whether the budget converged."""
+        from fedlib.studies.claims import LONGER
         from fedlib.studies.report import coverage_text
 
         notes = {}
         for scale in self.deciding_scales():
+            if scale == LONGER:
+                notes[scale] = (f"the reference protocol at three times its rounds, for the comparisons that decide "
+                                f"claims only: {coverage_text(self.coverage(scale))}; a partial check that decides no "
+                                "claim alone, but flags a reference verdict whose comparison lies elsewhere at 3x")
+                continue
             share = self.training_share(scale) if scale != "paper" else ""
             clause = self.convergence_clause() if scale == "reference" else ""
             notes[scale] = "; ".join(filter(None, (coverage_text(self.coverage(scale)), share, clause)))
@@ -215,9 +232,11 @@ class Chapter:
         """How much of the chapter's grid at ``scale`` (reference or paper) has committed records: runs current /
         stale / recorded as diverged of the total, their seeds, devices and training time."""
         from fedlib import results
+        from fedlib.studies.claims import LONGER, LONGER_TABLE, scale_of
         from fedlib.studies.grid import recording_order
 
-        grid = recording_order(self.study.tables(scale))
+        tables = self.study.tables(scale_of(scale))
+        grid = recording_order({t: g for t, g in tables.items() if scale != LONGER or t.endswith(LONGER_TABLE)})
         hits = results.lookup(self.name, grid)
         current = [h.record for h in hits if h is not None and not h.stale]
         diverged = results.diverged_keys(self.name)
