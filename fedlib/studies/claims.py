@@ -304,11 +304,18 @@ class Verdict:
 
 
 def verdict(claim: Claim, by_scale: dict[str, Assessment]) -> Verdict:
-    """The longest-budget recorded scale whose comparisons are all complete decides; where none is, the longest one
-    with any comparison (a partial check: it can say "does not hold", never "holds" for an "all" claim). Book scale
-    never decides (a smoke run)."""
+    """The longest-budget recorded scale whose comparisons are all complete decides (the 3x budget only where it has
+    every comparison the reference scale has); where none is, the longest one with any comparison (a partial check: it
+    can say "does not hold", never "holds" for an "all" claim). Book scale never decides (a smoke run)."""
+    def labels(a: Assessment) -> set[str]:
+        return {c.label for c in a.decision.compared} | set(a.decision.missing)
+
+    def whole(s: str) -> bool:   # the 3x budget holds some comparisons: it decides only where it has them all
+        return by_scale[s].complete and (s != LONGER or "reference" not in by_scale
+                                         or labels(by_scale[s]) >= labels(by_scale["reference"]))
+
     recorded = [s for s in RECORDED if s in by_scale and by_scale[s].decision.compared]
-    scale = next((s for s in recorded if by_scale[s].complete), recorded[0] if recorded else None)
+    scale = next((s for s in recorded if whole(s)), recorded[0] if recorded else None)
     deciding = by_scale[scale] if scale else None
     return Verdict(claim, deciding, {s: a for s, a in by_scale.items() if s != scale})
 

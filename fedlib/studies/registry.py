@@ -309,6 +309,35 @@ class Chapter:
         return show_convergence(self.name, tables["convergence"], metric, self.study.LABELS, title, ylabel, test_set,
                                 local_test=local_test, tables=tables)
 
+    def deciding_margins(self, verdicts: list | None = None) -> list[dict]:
+        """Each claim's deciding comparison by round at every budget that has it (``claims.with_trajectory``): the
+        convergence judged where it matters, on the margins that decide the claims."""
+        from fedlib.studies.verdicts import path_text
+
+        rows = []
+        for v in self.verdicts() if verdicts is None else verdicts:
+            if not v.trajectory:
+                continue
+            d = v.deciding.decision.deciding
+            rows.append({"claim": v.claim.summary, "deciding comparison": f"{d.label} ({v.deciding.scale})",
+                         **{f"margin by round, {s}": path_text(p, 6) for s, p in v.trajectory.items()},
+                         "outcome": v.outcome, "still moving": v.moving or "no"})
+        return rows
+
+    def show_deciding_margins(self) -> None:
+        """The table of ``deciding_margins`` (a notebook's convergence section)."""
+        from fedlib.studies.report import show_table
+
+        rows = self.deciding_margins()
+        if rows:
+            show_table(rows, [], "reference", max_columns=4,
+                       note="the comparison that decides each claim, its mean difference over its paired seeds at "
+                            "evaluated rounds of each budget that has it; still moving: closing towards 0 by more "
+                            "than its interval's half-width over the last third of the rounds, a sign change beyond "
+                            "delta, or another side of 0 at a longer budget")
+        else:
+            print("no claim's deciding comparison has records by round yet")
+
     def raising_line(self) -> str:
         """What raising the reference budget to 3x its rounds would cost this chapter (``convergence.raising_text``)."""
         from fedlib.studies.convergence import raising_cost, raising_text
