@@ -170,19 +170,25 @@ class Claim:
     seeds: tuple[int, ...] = (0, 1, 2)   # planned before recording; more seeds read make a second look
     hypothesis: bool = False   # a hypothesis of this book, not a claim of the paper: shown, never counted
     unit: str = "points"
+    beside: tuple = ()    # (name, comparisons): another form of the method, assessed the same way, shown, never counted
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ValueError(f"claim {self.id}: kind {self.kind!r} is not one of {', '.join(KINDS)}")
-        for c in self.compare:
+        for c in (*self.compare, *(c for _, compare in self.beside for c in compare)):
             if c.test not in TESTS:
                 raise ValueError(f"claim {self.id}: test {c.test!r} is not one of {', '.join(TESTS)}")
 
+    def alternative(self, name: str) -> Claim:
+        """The claim decided on the comparisons ``beside`` names ``name`` (the same kind, delta and seeds)."""
+        compare = dict(self.beside)[name]
+        return dataclasses.replace(self, id=f"{self.id}:{name}", compare=compare, beside=())
+
     @property
     def tables(self) -> tuple[str, ...]:
-        """The tables its comparisons read, in order."""
+        """The tables its comparisons read, in order (the forms beside it included)."""
         names: dict[str, None] = {}
-        for c in self.compare:
+        for c in (*self.compare, *(c for _, compare in self.beside for c in compare)):
             if isinstance(c, Pairs):
                 names[c.table] = None
                 names.update((row.table, None) for pair in c.pairs for row in pair if row.table)
@@ -282,6 +288,7 @@ class Verdict:
     others: dict[str, Assessment] = field(default_factory=dict)
     trajectory: dict[str, dict[int, float]] = field(default_factory=dict)
     moving: str = ""
+    beside: dict[str, Assessment] = field(default_factory=dict)   # the claim's other forms at the deciding scale
 
     @property
     def decided_outcome(self) -> str:

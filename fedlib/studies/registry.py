@@ -184,14 +184,27 @@ class Chapter:
         """Each claim's verdict from the committed records: the longest recorded budget whose comparisons are all
         complete decides (``claims.verdict``), with its deciding comparison's margin by round and whether it still
         moves (``claims.with_trajectory``)."""
-        from fedlib.studies.claims import verdict, with_trajectory
+        import dataclasses
+
+        from fedlib.studies.claims import assess, verdict, with_trajectory
 
         scales = self.deciding_scales()
         evidence = {s: self.read(s) for s in scales}
         by_scale = {s: self.assess(s, evidence=evidence[s]) for s in scales}
         last = {s: self.last(s) for s in scales}
-        return [with_trajectory(verdict(c, {s: found[i] for s, found in by_scale.items()}), evidence, last,
-                                self.study.LABELS) for i, c in enumerate(self.claims)]
+        out = []
+        for i, c in enumerate(self.claims):
+            v = with_trajectory(verdict(c, {s: found[i] for s, found in by_scale.items()}), evidence, last,
+                                self.study.LABELS)
+            beside = {}
+            for name, _ in c.beside:   # the claim's other forms, each at the budget that decides it
+                alt = c.alternative(name)
+                found = verdict(alt, {s: assess(alt, evidence[s], s, self.study.LABELS, last[s]) for s in scales})
+                if found.deciding is not None:
+                    beside[name] = found.deciding
+            v = dataclasses.replace(v, beside=beside)
+            out.append(v)
+        return out
 
     def scale_notes(self) -> dict[str, str]:
         """What each recorded scale is: its coverage, its share of the paper's training, and at reference scale

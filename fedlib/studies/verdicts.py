@@ -183,11 +183,15 @@ def box_html(verdicts: list[Verdict], notes: dict[str, str]) -> str:
     for v in verdicts:
         if v.deciding is None:
             verdict_cell, beside = f"{badge('not checked')}<br><small>no recorded scale has its runs yet</small>", "-"
+            for name, a in v.beside.items():
+                verdict_cell += f"<br><small><em>{html.escape(name)}</em>: {html.escape(short_text(a))}</small>"
         else:
             raw = f" <small>(the deciding scale says {html.escape(v.decided_outcome)})</small>" \
                 if v.outcome != v.decided_outcome else ""
             verdict_cell = f"{badge(v.outcome)}{raw} <small>({html.escape(v.deciding.scale)} scale)</small><br>" + \
                            lines_html(detail_lines(v.deciding) + budget_lines(v))
+            for name, a in v.beside.items():
+                verdict_cell += f"<br><small><em>{html.escape(name)}</em>: {html.escape(short_text(a))}</small>"
             if v.disagree:
                 verdict_cell += (f"<br><strong>scales disagree</strong>: the {listed(v.disagree)} scale decides the "
                                  "opposite; the longer budget's outcome counts")
