@@ -260,16 +260,17 @@ class Assessment:
 
 
 def assess(claim: Claim, evidence: Evidence, scale: str, labels: dict | None = None, last: int = 1) -> Assessment:
-    """``claim`` decided on ``evidence`` (one scale's runs). A comparison with fewer than two paired seeds is missing
-    (it keeps an "all" claim from holding); reading seeds beyond the claim's planned ones is a second look."""
+    """``claim`` decided on ``evidence`` (one scale's runs). A comparison without a paired seed is missing, one with a
+    single seed has no interval (either keeps an "all" claim from holding); reading seeds beyond the claim's planned
+    ones is a second look."""
     comparisons = claim.comparisons(evidence, labels or {})
     diffs = [(c, differences(c, evidence, last)) for c in comparisons]
-    used = sorted({s for _, d in diffs if len(d) >= 2 for s in d})
+    used = sorted({s for _, d in diffs if d for s in d})
     looks = 2 if set(used) - set(claim.seeds) else 1
     alpha = ALPHA / looks
     compared = [Compared(c.label, tuple(d), tuple(d.values()), alpha, claim.delta, c.test, c.plus_member,
-                         c.minus_member) for c, d in diffs if len(d) >= 2]
-    missing = [c.label for c, d in diffs if len(d) < 2]
+                         c.minus_member) for c, d in diffs if d]
+    missing = [c.label for c, d in diffs if not d]
     decision = decide(compared, claim.kind, looks, claim.required, missing)
     complete = bool(comparisons) and all(len(d) >= DECIDING_SEEDS for _, d in diffs)
     return Assessment(claim, scale, decision, tuple(used), len(comparisons), complete)

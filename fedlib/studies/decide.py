@@ -166,7 +166,7 @@ class Decision:
     negative: int = 0       # comparisons that fail significantly (Holm)
     negligible: int = 0     # comparisons inside +-delta (Holm)
     required: int = 0       # comparisons that must pass ("most")
-    missing: tuple[str, ...] = field(default=())   # comparisons declared but without two paired seeds
+    missing: tuple[str, ...] = field(default=())   # comparisons declared but without a paired seed
 
     @property
     def below_delta(self) -> bool:

@@ -86,7 +86,7 @@ def deciding_text(a: Assessment) -> str:
     """The comparison that decides the outcome, with its interval, and the counts behind it."""
     d = a.decision
     if not d.compared:
-        return "no comparison has two paired seeds yet"
+        return "no comparison has a paired seed yet"
     unit = "" if a.claim.unit == "points" else a.claim.unit
     head = d.deciding.text(unit) if d.deciding is not None else ""
     role = {"does not hold": "fails", "no material difference": "inside ±delta"}.get(
@@ -101,7 +101,7 @@ def deciding_text(a: Assessment) -> str:
         tally = f"{d.positive} of {n} above 0 (deterministic: no interval)"
     else:
         tally = f"{d.positive} of {n} comparisons pass, {d.negative} fail after Holm's correction"
-    missing = f"; {counted(len(d.missing), 'comparison')} without two paired seeds" if d.missing else ""
+    missing = f"; {counted(len(d.missing), 'comparison')} without a paired seed" if d.missing else ""
     return f"{role}: {head}; {tally}{missing}"
 
 
