@@ -165,9 +165,11 @@ def test_every_chapters_claims_are_declared_once_and_read_its_tables(chapter):
                 assert set(comparison.plus).isdisjoint(comparison.minus), (c.id, comparison.label)
 
 
-def test_the_papers_claims_number_thirty_six_and_the_book_keeps_four_hypotheses():
+def test_the_papers_claims_and_the_books_hypotheses_are_counted_apart():
+    """36 claims of the papers as the review found them, and two sentences it found untested (FedPRP's Dirichlet
+    column of Table III, pFedCSPC's third of FedAvg's rounds); four hypotheses of the book."""
     claims = [c for ch in chapter_list() for c in ch.claims]
-    assert sum(not c.hypothesis for c in claims) == 36 and sum(c.hypothesis for c in claims) == 4
+    assert sum(not c.hypothesis for c in claims) == 38 and sum(c.hypothesis for c in claims) == 4
 
 
 def test_no_claim_is_decided_from_a_minimum_or_maximum_over_seeds():

@@ -324,7 +324,7 @@ def test_a_chapters_recorded_tables_render_the_committed_records_and_a_dash_wher
     assert "Global (ACC_global)" in table.caption and "Local (I_local" in table.caption   # its two test sets
     empty = {cell: [] for cell in chapters()["fedprp"].headline_grid("reference")}
     tables = chapters()["fedprp"].recorded_tables(empty, "reference")
-    assert list(tables) == ["Table I", "Tables II and V", "Table III"]
+    assert list(tables) == ["Table I", "Tables II and V", "Table III (gamma = 0.05, 20 clients, 8 a round)"]
     assert tables["Table I"][2].floor == "uniform" and "A_sel" in tables["Tables II and V"][2]
     assert all(v == "-" for rows, _, _ in tables.values() for row in rows for k, v in row.items()
                if k not in ("method", "partition") and not k.startswith("paper"))
@@ -376,8 +376,9 @@ def test_pfedcspc_decides_table_iis_claims_as_soon_as_table_ii_is_complete(tmp_p
     # Table III and VII read Table II's runs for some of their rows: checked in part, never complete
     partial = {"personalizes_best", "fewest_rounds"}
     assert all(not found[k].deciding.complete for k in partial)
+    assert found["third_of_fedavg_rounds"].deciding.complete   # FedAvg against pFedCSPC: Table II's runs alone
     assert {k for k, v in found.items() if v.outcome == "not checked"} == {c.id for c in chapters()[
-        "pfedcspc"].claims} - {"best_hm", "global_near_best"} - partial
+        "pfedcspc"].claims} - {"best_hm", "global_near_best", "third_of_fedavg_rounds"} - partial
 
 
 def test_fedgpa_reads_its_claims_from_committed_records_seed_by_seed(tmp_path, monkeypatch):
@@ -482,8 +483,8 @@ def test_fedpcl_collapse_explanation_is_stated_only_where_the_records_support_it
 
 def test_fedprp_reads_its_claims_from_committed_records_over_the_last_two_evaluations(monkeypatch, tmp_path):
     """FedPRP at reference scale from made-up committed records (FedPRP two points ahead on every metric at the last
-    two evaluations, seed noise apart): the comparison's claims hold at five seeds (two looks), Table VII's at three
-    (one look); a cell with two of its seeds missing pairs the other three."""
+    two evaluations, seed noise apart): the comparison's claims hold at five seeds (two looks), Tables III, VII and
+    VIII's at three (one look); a cell with two of its seeds missing pairs the other three."""
     from fedlib import results
     from fedlib.studies import fedprp
 
@@ -497,9 +498,10 @@ def test_fedprp_reads_its_claims_from_committed_records_over_the_last_two_evalua
     write_made_up("fedprp", "reference", value, tmp_path, ("a_loc", "a_glo", "a_sel", "global_few"),
                   rounds=lambda cfg: (cfg.rounds - 5, cfg.rounds))
     found = outcomes_of("fedprp")
-    for claim in ("best_a_loc", "best_a_glo", "best_a_sel", "both_terms_help"):
+    for claim in ("best_a_loc", "best_a_glo", "best_a_sel"):
         assert found[claim].outcome == "holds" and found[claim].deciding.looks == 2, claim
-    assert found["new_clients"].outcome == "holds" and found["new_clients"].deciding.looks == 1
+    for claim in ("new_clients", "both_terms_help", "best_groups_shards", "best_groups_dirichlet"):   # seeds 0-2
+        assert found[claim].outcome == "holds" and found[claim].deciding.looks == 1, claim
     compared = next(c for cfgs in fedprp.tables("reference")["comparison"].values() for c in cfgs
                     if c.method == "fedavg" and c.seed == 2 and c.partition["name"] == "shards")
     for seed in (1, 2):
