@@ -206,6 +206,26 @@ class Claim:
         return out
 
 
+@dataclass(frozen=True)
+class Sentence:
+    """A claim sentence of a paper's experiments section and what its chapter does with it: the claim of ``CLAIMS``
+    that tests it, or why it cannot be checked offline, or what testing it still needs (never silently absent)."""
+    words: str
+    source: str
+    claim: str = ""       # the id of the claim that tests it
+    offline: str = ""     # why no offline run can check it
+    untested: str = ""    # checkable offline, not tested yet: what it needs
+
+    def __post_init__(self):
+        if sum(map(bool, (self.claim, self.offline, self.untested))) != 1:
+            raise ValueError(f"{self.words[:60]!r}: exactly one of claim, offline, untested")
+
+    @property
+    def status(self) -> str:
+        return (f"tested: {self.claim}" if self.claim else f"not checkable offline: {self.offline}" if self.offline
+                else f"not tested yet: {self.untested}")
+
+
 def metric_value(record: dict, metric: Metric, last: int, peers: Peers) -> float | None:
     """``record``'s value of ``metric``: a statistic, or 100 x the mean of the metric's last ``last`` evaluations."""
     if isinstance(metric, Statistic):

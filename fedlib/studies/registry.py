@@ -24,6 +24,7 @@ CONTRACT = {
     "tables": "tables(scale): the recorded grid of every table at reference or paper scale, the headline first",
     "CLAIMS": "the paper's claims, declared once (claims.Claim)",
     "TABLE_RUNS": "what each table its claims read runs, in words",
+    "INVENTORY": "every claim sentence of its paper's experiments section and what the chapter does with it",
     "reference_run": "the run the hyperparameter table reads",
     "protocol": "how each method is evaluated",
     "HYPER_REASONS": "why a setting differs from the paper's",
@@ -35,7 +36,7 @@ CONTRACT = {
 # headline_rows(runs, scale) or recorded_tables(runs, scale) (the tables show_recorded builds from committed records),
 # REFERENCE_REASONS (why its reference scale differs from the paper's protocol beyond the rounds and epochs),
 # CONVERGENCE_METRIC (the metric its reference budget's convergence check reads),
-# NOT_OFFLINE (what its paper shows that no offline run can check), TUNING (its book-scale learning rate)
+# TUNING (its book-scale learning rate)
 BUILTIN = ("fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc", "compare")   # the book's chapters, in its order
 
 

@@ -389,8 +389,8 @@ SCALE_MEANING = {
 
 def claim_runs(study, scale: str = "reference") -> list[dict]:
     """Each claim of a chapter (its ``CLAIMS``), the tables that decide it and what they run (``TABLE_RUNS``), the
-    runs at ``scale`` (cells x seeds of ``tables(scale)``), then what cannot be checked offline (``NOT_OFFLINE``:
-    claim, why)."""
+    runs at ``scale`` (cells x seeds of ``tables(scale)``), then every other claim sentence of the paper's experiments
+    section (``INVENTORY``: not checkable offline, or not tested yet, with what it needs)."""
     grids = study.tables(scale)
     sources = getattr(study, "VIEW_SOURCES", {})   # a view's runs are its source tables' runs
     rows = []
@@ -401,8 +401,8 @@ def claim_runs(study, scale: str = "reference") -> list[dict]:
         rows.append({"claim": claim.summary,
                      "decided by": "; ".join(f"{t}: {study.TABLE_RUNS.get(t, t)}" for t in claim.tables),
                      "runs": f"{len(configs)} ({sum(len(grids[t]) for t in read)} cells x seeds {seeds})"})
-    return rows + [{"claim": claim, "decided by": f"not checked offline: {why}", "runs": "-"}
-                   for claim, why in study.NOT_OFFLINE]
+    return rows + [{"claim": f"“{s.words}” ({s.source})", "decided by": s.status, "runs": "-"}
+                   for s in study.INVENTORY if not s.claim]
 
 
 def coverage_text(cov: dict) -> str:
