@@ -284,8 +284,9 @@ class Chapter:
                 f"training steps ({cfg.method}: {budget(cfg)}; paper scale: {budget(full)})")
 
     def status_html(self, scale: str) -> str:
-        """The box at the top of the chapter: reference- and paper-scale coverage from the committed records, and
-        what the scale this page ran at can and cannot say."""
+        """The box at the top of the chapter: what the committed records find (each claim's outcome, linked to the
+        verdict box), the reference- and paper-scale coverage, and what the scale this page ran at can and cannot
+        say."""
         import html
 
         from fedlib.experiment import RECORDED_SCALES
@@ -298,9 +299,12 @@ class Chapter:
                  + (" (complete)" if cov["current"] + cov["diverged"] == cov["total"] else
                     f" (<code>python -m fedlib records {self.name} --scale {s}</code> adds the rest)")
                  for s, cov in coverage.items()]
-        return (f"<div class='verdict'><p><strong>Where this chapter stands.</strong> {'. '.join(parts)}; records "
-                f"are committed under <code>results/{self.name}/</code>. This page runs at scale "
-                f"<strong>{html.escape(scale)}</strong>: {html.escape(SCALE_MEANING.get(scale, ''))}.</p></div>")
+        from fedlib.studies.verdicts import findings_html
+
+        return (f"<div class='verdict'>{findings_html(self.verdicts())}<p><strong>Where this chapter stands."
+                f"</strong> {'. '.join(parts)}; records are committed under <code>results/{self.name}/</code>. This "
+                f"page runs at scale <strong>{html.escape(scale)}</strong>: "
+                f"{html.escape(SCALE_MEANING.get(scale, ''))}.</p></div>")
 
     def convergence_clause(self) -> str:
         """Whether the reference budget converged, from the committed 3x runs (``convergence.convergence_clause``) on

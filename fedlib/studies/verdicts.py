@@ -213,6 +213,24 @@ def box_html(verdicts: list[Verdict], notes: dict[str, str]) -> str:
             f"<th>other scales</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
+def findings_html(verdicts: list[Verdict]) -> str:
+    """What the chapter found, for the top of its page: each claim's outcome with its deciding comparison and budget,
+    linked to its row of the verdict box; the counts first."""
+    n = counts(verdicts)
+    tally = ", ".join(f"{k} {n[k]}" for k in (*OUTCOMES, BUDGET, "not checked") if n[k]) or "none yet"
+    items = []
+    for v in verdicts:
+        d = v.deciding.decision.deciding if v.deciding is not None else None
+        where = (f" <small>({html.escape(d.label)}: {html.escape(signed(d.mean))}, {html.escape(v.deciding.scale)} "
+                 f"scale)</small>" if d is not None and v.deciding is not None else "")
+        tag = " <small><em>(a hypothesis of this book)</em></small>" if v.claim.hypothesis else ""
+        items.append(f"<li>{badge(v.outcome)} <a href='#claim-{html.escape(v.claim.id)}'>"
+                     f"{html.escape(v.claim.summary)}</a>{tag}{where}</li>")
+    return (f"<p><strong>What this chapter finds</strong> from the committed records ({tally}; each claim at the "
+            f"longest budget that decides it, the verdict box at the end gives the evidence):</p><ul>{''.join(items)}"
+            "</ul>")
+
+
 def assessments_html(assessments: list[Assessment], caption: str, collapsed: bool = False) -> str:
     """Claims assessed on one set of runs (a check beside the verdicts, or a page's own smoke runs): each outcome
     and the comparison behind it."""
