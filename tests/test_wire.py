@@ -35,7 +35,7 @@ def test_every_method_sends_only_the_keys_it_declares(name):
         up = upload(ctx, models, result)
         sent["upload"] |= set(up)
         reply = {"client_id": ctx.client_id, "upload": up, "result": dataclasses.asdict(result)}
-        wire.append(("from node", "train", 0, {"results": [reply], "diverged": {}}))
+        wire.append(("from node", "train", 0, {"round": ctx.round, "results": [reply], "diverged": {}}))
         return up
 
     method.broadcast, method.upload = recording_broadcast, recording_upload

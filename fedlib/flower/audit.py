@@ -11,9 +11,9 @@ import numpy as np
 import torch
 
 ENVELOPES = {("to node", "query"): set(), ("from node", "query"): {"clients"},
-             ("to node", "train"): {"round", "tasks"}, ("from node", "train"): {"results", "diverged"},
+             ("to node", "train"): {"round", "tasks"}, ("from node", "train"): {"round", "results", "diverged"},
              ("to node", "evaluate"): {"round", "tasks", "jobs", "global", "anonymous"},
-             ("from node", "evaluate"): {"confusions"}}
+             ("from node", "evaluate"): {"round", "confusions"}}
 PRIVATE_NAMES = {"state", "model", "models", "personal", "x", "y", "features", "labels", "data"}
 PROTOCOL = {"configs", "arrays"}   # a SecAgg+ message as the tap sees it: its records' names and sizes
 

@@ -145,7 +145,7 @@ def train(msg: Message, context: Context) -> Message:
         report = {"results": [{k: r[k] for k in ("client_id", "result")} for r in results], "diverged": diverged}
         first = content["tasks"][0]["received"] if content["tasks"] else {}
         return Message(content=node_vector(first, uploads, report, [r["client_id"] for r in results]), reply_to=msg)
-    return _reply(msg, {"results": results, "diverged": diverged}, "the node's round results")
+    return _reply(msg, {"round": t, "results": results, "diverged": diverged}, "the node's round results")
 
 
 @client_app.evaluate()
@@ -159,4 +159,4 @@ def evaluate(msg: Message, context: Context) -> Message:
         tasks.append(ClientTask(envelope["client_id"], t, envelope["received"], state, model))
     anon = fed.anonymous_context(t, received=content["anonymous"])
     confusions = fed.evaluator.client_confusions(t, tasks, content["jobs"], content["global"], anon)
-    return _reply(msg, {"confusions": confusions}, "the node's confusion counts")
+    return _reply(msg, {"round": t, "confusions": confusions}, "the node's confusion counts")

@@ -15,6 +15,7 @@ from flwr.serverapp import Grid, ServerApp
 from fedlib.engine.client import ClientResult, ClientTask
 from fedlib.engine.core import ClientContext, LocalResult
 from fedlib.errors import ClientFailed, ConfigError, TrainingDiverged
+from fedlib.flower.checks import check_evaluate_reply, check_train_reply
 from fedlib.flower.codec import TENSORS, TREE, from_records, to_records
 from fedlib.flower.messages import (
     RUN,
@@ -63,6 +64,8 @@ class FlowerExecutor:
         self.device = cfg.device
         self.secure = cfg.secure_aggregation is not None   # SecAgg+ between the nodes (``fedlib.flower.secure``)
         self.weight_bound = 1.0   # the most samples a round's clients hold (SecAgg+'s max_weight), set by ``bind``
+        self.sizes: dict[int, int] = {}   # {client: training samples}, set by ``bind``
+        self.model: dict | None = None    # {name: tensor} of the model, the uploads' reference, set by ``bind``
         self._holder: dict[int, int] | None = None
         self.traffic = {"messages": 0, "bytes": 0}   # both directions, envelopes and tensors (``message_bytes``)
         # {round: clients} left out of the round's aggregate: their node was lost (node_loss="continue", or SecAgg+
@@ -70,9 +73,24 @@ class FlowerExecutor:
         self.left_out: dict[int, list[int]] = {}
 
     def bind(self, fed) -> None:
-        """The federation built around this executor: its method, and its clients' total sample count."""
+        """The federation built around this executor: its method, and its clients' sample counts."""
         self.method = fed.method
         self.weight_bound = float(fed.data.train_counts.sum())
+        self.sizes = {i: int(c.sum()) for i, c in enumerate(fed.data.train_counts)}
+        self.model = {k: v.detach() for k, v in fed.trainer.model.state_dict().items()}
+
+    def _refused(self, replies: dict[int, dict], problem_of) -> None:
+        """Apply ``problem_of(node, reply)`` ("" or why the reply is refused) to every reply: a refused reply is its
+        node's failure, which stops the run, or under ``node_loss="continue"`` loses the node (its clients are left
+        out like a lost node's)."""
+        for node in list(replies):
+            problem = problem_of(node, replies[node])
+            if not problem:
+                continue
+            if self.node_loss != "continue":
+                raise ClientFailed(f"refused: {problem}")
+            self._lose(node, f"refused: {problem}")
+            del replies[node]
 
     # ---------------------------------------------------------------- the exchange
     def _exchange(self, contents: dict[int, tuple[str, dict]], what: str) -> dict[int, dict]:
@@ -200,8 +218,11 @@ class FlowerExecutor:
         groups = {node: group for node, group in groups.items() if node not in self.gone}
         if self.secure:
             return self._secure_run(tasks, groups, t)
-        replies = self._exchange({node: ("train", {"round": t, "tasks": [self._envelope(x) for x in group]})
-                                  for node, group in groups.items()}, f"round {t + 1}")
+        sent = {node: [self._envelope(x) for x in group] for node, group in groups.items()}
+        replies = self._exchange({node: ("train", {"round": t, "tasks": envelopes})
+                                  for node, envelopes in sent.items()}, f"round {t + 1}")
+        self._refused(replies, lambda node, reply: check_train_reply(node, t, sent[node], reply, self.sizes,
+                                                                     self.model))
         for reply in replies.values():
             for r in reply["results"]:
                 check_declared(method, "upload", r["upload"], r["client_id"])
@@ -256,8 +277,10 @@ class FlowerExecutor:
                 check_declared(self.method, "broadcast", task.received, task.client_id)
         groups = {node: group for node, group in self._by_node(tasks).items() if node not in self.gone}
         message = {"round": t, "jobs": jobs, "global": gparams, "anonymous": anon.received}
-        replies = self._exchange({node: ("evaluate", {**message, "tasks": [self._envelope(x) for x in group]})
-                                  for node, group in groups.items()}, f"evaluation after round {t + 1}")
+        sent = {node: [self._envelope(x) for x in group] for node, group in groups.items()}
+        replies = self._exchange({node: ("evaluate", {**message, "tasks": envelopes})
+                                  for node, envelopes in sent.items()}, f"evaluation after round {t + 1}")
+        self._refused(replies, lambda node, reply: check_evaluate_reply(node, t, sent[node], jobs, reply))
         position = {node: 0 for node in groups}
         out: dict[str, list[dict | None]] = {family: [] for family in jobs}
         for task in tasks:   # back in the order of the tasks
