@@ -90,25 +90,25 @@ class Compared:
         lo, hi = self.bound("lower"), self.bound("upper")
         return None if lo is None or hi is None else (lo, hi)
 
-    def p_above(self, threshold: float) -> float:
-        """p-value of "the mean difference is at most ``threshold``" (small: evidence it is above)."""
-        from scipy.special import stdtr  # Student's t distribution function (scipy.stats.t.cdf, as a ufunc)
+    def _tail(self, threshold: float, above: bool) -> float:
+        """One-sided p-value of "the mean difference is on the other side of ``threshold``" (small: evidence that it
+        is above ``threshold``, or below it where ``above`` is False)."""
+        from scipy.special import stdtr   # Student's t distribution function (scipy.stats.t.cdf, as a ufunc)
 
         if self.deterministic:
-            return 0.0 if self.mean > threshold else 1.0
+            return 0.0 if (self.mean > threshold if above else self.mean < threshold) else 1.0
         if self.n < 2:
             return 1.0
-        return float(stdtr(self.n - 1, -(self.mean - threshold) / self.spread))
+        z = (self.mean - threshold) / self.spread
+        return float(stdtr(self.n - 1, -z if above else z))
+
+    def p_above(self, threshold: float) -> float:
+        """p-value of "the mean difference is at most ``threshold``" (small: evidence it is above)."""
+        return self._tail(threshold, above=True)
 
     def p_below(self, threshold: float) -> float:
         """p-value of "the mean difference is at least ``threshold``" (small: evidence it is below)."""
-        from scipy.special import stdtr
-
-        if self.deterministic:
-            return 0.0 if self.mean < threshold else 1.0
-        if self.n < 2:
-            return 1.0
-        return float(stdtr(self.n - 1, (self.mean - threshold) / self.spread))
+        return self._tail(threshold, above=False)
 
     @property
     def p_support(self) -> float:
