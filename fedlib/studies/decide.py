@@ -93,7 +93,7 @@ class Compared:
     def _tail(self, threshold: float, above: bool) -> float:
         """One-sided p-value of "the mean difference is on the other side of ``threshold``" (small: evidence that it
         is above ``threshold``, or below it where ``above`` is False)."""
-        from scipy.special import stdtr   # Student's t distribution function (scipy.stats.t.cdf, as a ufunc)
+        from scipy.special import stdtr  # Student's t distribution function (scipy.stats.t.cdf, as a ufunc)
 
         if self.deterministic:
             return 0.0 if (self.mean > threshold if above else self.mean < threshold) else 1.0
