@@ -119,6 +119,8 @@ def read(path: Path) -> tuple[dict | None, str]:
     """(the record at ``path``, "") or (None, why it cannot be read): truncated JSON, not a record, wrong types."""
     from fedlib.experiment.records import record_problem
 
+    if path.is_symlink() or not path.is_file():   # a folder, FIFO, device or link: never opened
+        return None, "not a regular file (a folder, a pipe, a device or a link)"
     try:
         size = path.stat().st_size
         if size > MAX_RECORD_BYTES:

@@ -671,3 +671,78 @@ def test_an_existing_out_file_is_replaced_only_by_a_complete_one(tmp_path, capsy
     assert json.loads(out.read_text()) == ["earlier results"]
     assert main(args) == 0
     assert json.loads(out.read_text())[0]["config"]["dataset"] == "digits"
+
+
+# ---------------------------------------------------------------------- records checked against themselves
+def _committed_like(tmp_path) -> tuple[dict, object]:
+    """A made-up committed record whose numbers agree with themselves: two clients' confusion counts, the accuracies
+    they give, five rounds of a five-round config."""
+    from fedlib.experiment import make_config
+
+    cfg = make_config(method="fedavg", dataset="digits", partition={"name": "dirichlet", "alpha": 1.0,
+                                                                     "min_size": 30}, num_clients=2, rounds=5)
+    final = {"round": 5, "personal_local_acc": 0.75, "personal_local_acc_clients": [0.8, 0.7]}
+    record = {"config": cfg.flat(), "key": cfg.key(), "seed": 0, "scale": "reference", "wall_time_s": 12.0,
+              "history": [{"round": r, "personal_local_acc": 0.5} for r in range(1, 5)] + [final], "final": final,
+              "final_confusions": {"personal_local": [[[4, 1], [0, 0]], [[7, 2], [1, 0]]]}}
+    return record, cfg
+
+
+SELF_INCONSISTENT = {
+    "a history cut at round 3 of 5": (lambda r: r.update(history=r["history"][:3], final=r["history"][2]),
+                                      "ends at round 3 of the 5"),
+    "rows in reverse order": (lambda r: r.update(history=r["history"][::-1], final=r["history"][0]),
+                              "not in the order"),
+    "an accuracy its confusion counts do not give": (lambda r: r["final"].update(personal_local_acc=0.95) or
+                                                     r["history"][-1].update(personal_local_acc=0.95),
+                                                     "contradicts its own confusion counts"),
+    "negative confusion counts": (lambda r: r["final_confusions"]["personal_local"][0][0].__setitem__(1, -30),
+                                  "non-negative counts"),
+    "an infinite wall time": (lambda r: r.update(wall_time_s=float("inf")), "not a finite number of seconds"),
+}
+
+
+@pytest.mark.parametrize("case", list(SELF_INCONSISTENT))
+def test_a_record_that_contradicts_itself_is_named_and_never_shown(case, tmp_path, capsys):
+    import json
+
+    from fedlib import results
+
+    record, cfg = _committed_like(tmp_path)
+    assert not _problem(record)   # the honest record passes
+    change, says = SELF_INCONSISTENT[case]
+    change(record)
+    path = tmp_path / "demo" / f"{cfg.key()}.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(record))
+    results.DAMAGED.pop(path, None)
+    assert results.load("demo", tmp_path) == [] and results.lookup("demo", [cfg], tmp_path) == [None]
+    err = capsys.readouterr().err
+    assert f"result record {path} is damaged" in err and says in err and err.count("\n") == 1, err
+
+
+def _problem(record):
+    from fedlib.experiment.records import record_problem
+
+    return record_problem(record)
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "link"])
+def test_a_record_path_that_is_not_a_regular_file_is_refused_before_it_is_opened(kind, tmp_path, capsys):
+    """A folder, a named pipe (reading it would hang) or a link (to /dev/zero: reading it would never end) where a
+    record should be is named in one line and never opened."""
+    import os
+
+    from fedlib import results
+
+    path = tmp_path / "demo" / "0123456789abcdef.json"
+    path.parent.mkdir(parents=True)
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    assert results.load("demo", tmp_path) == []
+    assert "not a regular file" in capsys.readouterr().err
+    print(f"self-inconsistent records table: {len(SELF_INCONSISTENT)} contradictions and 3 non-files, each named")

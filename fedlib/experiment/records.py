@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 import platform
 import subprocess
@@ -100,8 +101,46 @@ def record_problem(record) -> str | None:
             return f"row {i} of its 'history' has {odd[0]!r} = {row[odd[0]]!r}, not an accuracy in [0, 1]"
     if record["final"] != record["history"][-1]:
         return "its 'final' is not its last 'history' row"
-    if "wall_time_s" in record and not number(record["wall_time_s"]):
-        return f"its 'wall_time_s' is {record['wall_time_s']!r}, not a number"
+    rounds = [row["round"] for row in record["history"]]
+    if any(b <= a for a, b in zip(rounds, rounds[1:])):
+        return "its 'history' rows are not in the order of their rounds"
+    planned = record["config"].get("rounds")
+    if isinstance(planned, int) and rounds[-1] != planned:
+        return f"its 'history' ends at round {rounds[-1]} of the {planned} its config runs (a run cut short)"
+    if "wall_time_s" in record and not (number(record["wall_time_s"]) and math.isfinite(record["wall_time_s"])
+                                        and record["wall_time_s"] >= 0):
+        return f"its 'wall_time_s' is {record['wall_time_s']!r}, not a finite number of seconds"
+    return confusion_problem(record)
+
+
+def confusion_problem(record: dict) -> str | None:
+    """Why a record's final accuracies contradict its own confusion counts (``final_confusions``: per family one
+    matrix, or one per client), or None: counts finite and non-negative, each ``<family>_acc_clients`` the clients'
+    trace / total, each ``<family>_acc`` their mean."""
+    found, final = record.get("final_confusions"), record["final"]
+    if not isinstance(found, dict):
+        return None
+    for family, matrices in found.items():
+        one = not (isinstance(matrices, list) and matrices and isinstance(matrices[0], list) and matrices[0]
+                   and isinstance(matrices[0][0], list))
+        accuracies = []
+        for m in [matrices] if one else matrices:
+            if m is None:   # a client without test images
+                accuracies.append(float("nan"))
+                continue
+            counts = np.asarray(m, dtype=float)
+            if counts.ndim != 2 or not np.isfinite(counts).all() or (counts < 0).any():
+                return f"its confusion counts '{family}' are not a matrix of non-negative counts"
+            accuracies.append(float(np.trace(counts) / counts.sum()) if counts.sum() else float("nan"))
+        clients = final.get(f"{family}_acc_clients")
+        if isinstance(clients, list) and len(clients) == len(accuracies) and any(
+                isinstance(w, (int, float)) and math.isfinite(a) and abs(w - a) > 1e-6
+                for w, a in zip(clients, accuracies)):
+            return f"its '{family}_acc_clients' contradict its own confusion counts"
+        mean = final.get(f"{family}_acc")
+        if isinstance(mean, (int, float)) and accuracies and not all(map(math.isnan, accuracies)) \
+                and abs(float(np.nanmean(accuracies)) - mean) > 1e-6:
+            return f"its '{family}_acc' {mean:.4f} contradicts its own confusion counts ({np.nanmean(accuracies):.4f})"
     return None
 
 
