@@ -28,11 +28,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _stamp(source: Path, params: dict) -> str:
-    """Changes when the notebook, its parameters or fedlib's code change (results themselves are
-    cached separately, keyed by config, so re-executing after a code change is cheap)."""
+    """Changes when the notebook, its parameters, fedlib's code or the committed records a page reads change (and
+    with the environment that selects those records, ``FEDLIB_RESULTS``); runs themselves are cached separately,
+    keyed by config, so re-executing after a change is cheap."""
+    from fedlib import results
+
     h = hashlib.sha256(source.read_bytes())
     h.update(json.dumps(params, sort_keys=True).encode())
+    h.update(str(results.RESULTS.resolve()).encode())
     for path in sorted((ROOT / "fedlib").rglob("*.py")):
+        h.update(path.read_bytes())
+    for path in sorted(Path(results.RESULTS).rglob("*.json")):
+        h.update(str(path.relative_to(results.RESULTS)).encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
@@ -88,6 +95,8 @@ def read_manifest(manifest_path: str) -> dict:
         return isinstance(path, str) and not Path(path).is_absolute() and \
             (ROOT / path).resolve().is_relative_to(ROOT.resolve())
 
+    sources = {(ROOT / c["notebook"]).resolve() for c in manifest["chapters"]
+               if isinstance(c, dict) and isinstance(c.get("notebook"), str)}
     for i, chapter in enumerate(manifest["chapters"]):
         need(isinstance(chapter, dict) and isinstance(chapter.get("notebook"), str), f"chapters[{i}].notebook",
              chapter.get("notebook") if isinstance(chapter, dict) else chapter, "a notebook path")
@@ -103,6 +112,9 @@ def read_manifest(manifest_path: str) -> dict:
                  conf.get("output"), "a notebook path ending in .ipynb")
             need(inside(conf["output"]), f"{field} output", conf["output"],
                  "a path inside the repository (relative, no '..'): the builder writes there")
+            own = (ROOT / conf["output"]).resolve() == (ROOT / chapter["notebook"]).resolve()
+            need(own or (ROOT / conf["output"]).resolve() not in sources, f"{field} output", conf["output"],
+                 "not another chapter's notebook (the builder would overwrite it)")
             need(isinstance(conf.get("parameters", {}), dict), f"{field} parameters", conf.get("parameters"),
                  "a mapping {parameter: value}")
     return manifest

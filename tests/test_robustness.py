@@ -504,6 +504,10 @@ BOOK_BAD = [
      "      x: {output: /tmp/elsewhere.ipynb}\n", "output='/tmp/elsewhere.ipynb' is not allowed: a path inside"),
     ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
      "      x: {output: notebooks/../../out.ipynb}\n", "output='notebooks/../../out.ipynb' is not allowed"),
+    # issue 67: an output that is another chapter's committed notebook would be overwritten
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+     "      x: {output: notebooks/fedpcl.ipynb}\n  - notebook: notebooks/fedpcl.ipynb\n    configurations:\n"
+     "      y: {output: o.ipynb}\n", "not another chapter's notebook"),
 ]
 
 
@@ -746,3 +750,25 @@ def test_a_record_path_that_is_not_a_regular_file_is_refused_before_it_is_opened
     assert results.load("demo", tmp_path) == []
     assert "not a regular file" in capsys.readouterr().err
     print(f"self-inconsistent records table: {len(SELF_INCONSISTENT)} contradictions and 3 non-files, each named")
+
+
+def test_the_books_up_to_date_stamp_covers_the_committed_records(tmp_path, monkeypatch):
+    """A page read from committed records is out of date when they change, or when FEDLIB_RESULTS points elsewhere:
+    the stamp that lets ``book`` skip a notebook covers both."""
+    from fedlib import results
+    from fedlib.cli import book_builder
+
+    build = book_builder()
+    monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
+    (tmp_path / "results" / "demo").mkdir(parents=True)
+    record = tmp_path / "results" / "demo" / "0123456789abcdef.json"
+    record.write_text('{"a": 1}')
+    notebook = tmp_path / "page.ipynb"
+    notebook.write_text("{}")
+    first = build._stamp(notebook, {"scale": "ci"})
+    assert build._stamp(notebook, {"scale": "ci"}) == first
+    record.write_text('{"a": 2}')
+    changed = build._stamp(notebook, {"scale": "ci"})
+    assert changed != first
+    monkeypatch.setattr(results, "RESULTS", tmp_path / "elsewhere")
+    assert build._stamp(notebook, {"scale": "ci"}) not in (first, changed)
