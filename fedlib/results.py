@@ -52,6 +52,12 @@ def slim(record: dict) -> dict:
 
 
 def path_of(chapter: str, key: str, root: Path = RESULTS) -> Path:
+    """``<root>/<chapter>/<key>.json``; a chapter or key that would leave the root (a separator, "..") is refused."""
+    from fedlib.errors import check
+
+    for name, value in (("chapter", chapter), ("key", key)):
+        check(isinstance(value, str) and value not in ("", ".", "..") and "/" not in value and "\\" not in value,
+              f"result record {name}", value, "a plain name: a record stays inside its results folder")
     return Path(root) / chapter / f"{key}.json"
 
 

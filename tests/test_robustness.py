@@ -772,3 +772,27 @@ def test_the_books_up_to_date_stamp_covers_the_committed_records(tmp_path, monke
     assert changed != first
     monkeypatch.setattr(results, "RESULTS", tmp_path / "elsewhere")
     assert build._stamp(notebook, {"scale": "ci"}) not in (first, changed)
+
+
+API_MISUSE = [
+    (lambda cfg: run(cfg, cache_dir=""), "cache_dir='' is not allowed"),
+    (lambda cfg: run(cfg, cache_dir=123), "cache_dir=123 is not allowed"),
+    (lambda cfg: run(cfg, callbacks=[1]), "callbacks=[1] is not allowed"),
+    (lambda cfg: __import__("fedlib.results").results.write({"key": "../../x", "history": [{"round": 1}]}, "demo"),
+     "result record key='../../x' is not allowed"),
+    (lambda cfg: __import__("fedlib.results").results.write({"key": "abc", "history": [{"round": 1}]}, "../up"),
+     "result record chapter='../up' is not allowed"),
+]
+
+
+@pytest.mark.parametrize("call, says", API_MISUSE, ids=[s for _, s in API_MISUSE])
+def test_the_python_api_refuses_misuse_in_one_line_before_anything_runs(call, says, tmp_path, monkeypatch):
+    from fedlib.errors import ConfigError
+    from fedlib.experiment import make_config
+
+    monkeypatch.chdir(tmp_path)
+    cfg = make_config(method="fedavg", dataset="digits", num_clients=2, rounds=1)
+    with pytest.raises(ConfigError) as err:
+        call(cfg)
+    assert says in str(err.value) and "\n" not in str(err.value)
+    assert list(tmp_path.iterdir()) == []   # nothing written

@@ -32,6 +32,7 @@ def run(cfg: Config, cache_dir: str | os.PathLike | None = DEFAULT_CACHE, progre
     With a cache directory, a finished config is read back from ``<cache>/<key>.json`` and an
     interrupted one resumes from ``<cache>/<key>.ckpt``."""
     validate(cfg)
+    check_run_options(cache_dir, callbacks)
     if cache_dir is None:
         return _run(cfg, None, None, progress, callbacks, desc)
     key = cfg.key()
@@ -39,6 +40,17 @@ def run(cfg: Config, cache_dir: str | os.PathLike | None = DEFAULT_CACHE, progre
         record_path = Path(cache_dir) / f"{key}.json"
         record = None if callbacks else read_cached_record(record_path)
         return record or _run(cfg, record_path, Path(cache_dir) / f"{key}.ckpt", progress, callbacks, desc)
+
+
+def check_run_options(cache_dir, callbacks) -> None:
+    """A cache folder that is a folder's name (not "", which would write into the current folder), and callbacks
+    that can be called: each refused in one line before anything runs."""
+    from fedlib.errors import check
+
+    check(cache_dir is None or (isinstance(cache_dir, (str, os.PathLike)) and str(cache_dir).strip() != ""),
+          "cache_dir", cache_dir, "a folder path, or None for no cache")
+    check(isinstance(callbacks, (list, tuple)) and all(callable(c) for c in callbacks), "callbacks", callbacks,
+          "a list of functions, each called with every evaluated row")
 
 
 def trained(cfg: Config, cache_dir: str | os.PathLike | None = DEFAULT_CACHE, progress: bool = False):
