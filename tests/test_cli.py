@@ -114,7 +114,7 @@ def test_every_command_of_the_quick_start_and_readme_is_accepted_as_written():
 
     root = Path(__file__).resolve().parents[1]
     checked = 0
-    for page in ("book/quickstart.md", "README.md", "book/flower.md"):
+    for page in ("book/quickstart.md", "README.md", "book/flower.md", "book/usage.md"):
         for words in _shell_commands((root / page).read_text()):
             if words[:3] == [".venv/bin/python", "-m", "fedlib"]:
                 _parser().parse_args(words[3:])   # SystemExit (a failing test) on an unknown option or value
