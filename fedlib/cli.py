@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import json
 import sys
 
@@ -127,7 +128,7 @@ def cmd_list() -> None:
     import dataclasses as dc
 
     from fedlib.data.partition import COMMON_PARAMS, PARTITIONERS
-    from fedlib.data.sources import SOURCES
+    from fedlib.data.sources import COMPOSITES, SOURCES
     from fedlib.experiment import BUDGETS
     from fedlib.methods import METHODS
     from fedlib.models import MODELS
@@ -141,6 +142,9 @@ def cmd_list() -> None:
         print(
             f"  {name:10s} {src.num_classes:4d} classes  {'offline' if src.offline else 'online (torchvision files)'}"
         )
+    for name, build in COMPOSITES.items():
+        options = ", ".join(f"{k}={v.default}" for k, v in inspect.signature(build).parameters.items()) or "-"
+        print(f"  {name:10s} built offline from the datasets above; data_options: {options}")
     print("partitions:")
     for name, p in PARTITIONERS.items():
         params = ", ".join(f"{k}: {v}" for k, v in p.params.items()) or "-"

@@ -9,6 +9,8 @@ def test_list_shows_everything(capsys):
     out = capsys.readouterr().out
     for word in ["fedgpa", "fedpac", "scaffold", "dirichlet", "skew", "cifar10", "cnn2", "book"]:
         assert word in out
+    from fedlib.data.sources import dataset_names
+    assert all(f"  {name} " in out for name in dataset_names())   # every dataset run accepts, digit4 included
     assert "object at 0x" not in out and "base_hyper={}" in out and "prototypes='cpm'" in out   # defaults as typed
 
 

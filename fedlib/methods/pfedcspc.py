@@ -1,5 +1,5 @@
 """pFedCSPC (Meng, Qi, Wu, Du, Li, Cui & Meng, IEEE TNNLS 2025): global generalization and local
-personalization by cross-client semantic and prototype calibration.
+personalization by cross silo prototypical calibration (the paper's name for CSPC).
 
 One round (the spec's one-track reading A5: the personalized models are what clients train):
 * client k starts from M_k^p (PMI, Eq. 4) or, without one, the calibrated global model, trains

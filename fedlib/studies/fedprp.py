@@ -471,8 +471,8 @@ def plot_a_glo(runs: dict, scale: str):
 
 HYPER_REASONS = {"batch_size": "at 32 a client made one or two SGD steps an epoch and FedAvg's A_loc stayed near "
                               "chance (12.9%)",
-                 "hyper": "FedPRP's s + t local epochs shortened with the rounds (1 + 2 of the paper's 5 + 25): the "
-                          "book's 30-minute budget"}
+                 "hyper": "FedPRP's s + t local epochs shortened with the rounds (1 + 2 of the paper's 5 + 25) for the "
+                          "smoke run"}
 REFERENCE_REASONS = {"hyper": "FedPRP's s + t local epochs shortened with the rounds (1 + 5 of the paper's 5 + 25): "
                              "the reference scale's budget of about 3 CPU-hours"}
 

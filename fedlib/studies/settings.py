@@ -39,7 +39,7 @@ HYPER_FIELDS = {"dataset": "data", "data_options": "data options", "model": "mod
                 "global_test_size": "balanced test images", "eval_every": "evaluated every (rounds)"}
 # why a smaller scale differs from the paper's protocol, unless a chapter says more (its ``HYPER_REASONS``, and at
 # reference scale its ``REFERENCE_REASONS``)
-BUDGET = "the book's 30-minute budget on a 2-core CPU (paper scale keeps the paper's)"
+BUDGET = "book scale is a smoke run that shows the code trains and decides nothing (paper scale keeps the paper's)"
 REFERENCE_BUDGET = ("the reference scale's budget, about 3 CPU-hours per chapter on a 2-core CPU, with a convergence "
                     "check at 3x the rounds (paper scale keeps the paper's)")
 
