@@ -867,3 +867,14 @@ def test_budget_changes_names_the_claims_whose_verdict_the_longer_budget_changes
                                            "the reference budget has not settled that claim.")
     assert fedgpa.budget_changes(rows[1:]).startswith("Every claim has the same outcome at round 10")
     assert fedgpa.budget_changes([]) == ""
+
+
+def test_fedgpa_gap_note_says_what_fine_tuning_did_from_the_records():
+    from fedlib.studies import fedgpa
+    records = [{"final": {"global_local_acc": 0.86, fedgpa.METRIC: 0.80}},
+               {"final": {"global_local_acc": 0.84, fedgpa.METRIC: 0.82}}]
+    note = fedgpa.gap_note("fedbabu", records)
+    assert "global model 85.00, fine-tuned 81.00; fine-tuning lowers it by 4.00" in note
+    raised = [{"final": {"global_local_acc": 0.80, fedgpa.METRIC: 0.83}}]
+    assert "raises it by 3.00" in fedgpa.gap_note("fedbabu", raised)
+    assert fedgpa.gap_note("fedprox", records) == "not explained yet"
