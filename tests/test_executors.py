@@ -312,3 +312,20 @@ def test_drop_last_keeps_the_one_batch_of_a_client_smaller_than_a_batch():
     assert full_batches(torch.arange(31), 10, True).tolist() == list(range(30))
     assert full_batches(torch.arange(31), 10, False).tolist() == list(range(31))
     assert full_batches(torch.arange(30), 10, True).tolist() == list(range(30))
+
+
+def test_a_dead_worker_is_one_line_and_an_error_cancels_the_waiting_futures():
+    from concurrent.futures import Future
+    from concurrent.futures.process import BrokenProcessPool
+
+    from fedlib.engine.workers import collecting
+    from fedlib.errors import WorkerDied
+
+    with pytest.raises(WorkerDied, match="worker process of the runs died"):
+        with collecting([], "no such pool", "runs"):
+            raise BrokenProcessPool("killed")
+    waiting = [Future(), Future()]
+    with pytest.raises(KeyboardInterrupt):
+        with collecting(waiting, "no such pool", "runs"):
+            raise KeyboardInterrupt
+    assert all(f.cancelled() for f in waiting)

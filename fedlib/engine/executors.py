@@ -15,7 +15,6 @@ import math
 import os
 import pickle
 from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 import torch
@@ -24,7 +23,7 @@ from fedlib.engine.batched import BatchedTrainer
 from fedlib.engine.client import ClientResult, ClientTask, Setup, begin, finish, local_update
 from fedlib.engine.core import ClientContext
 from fedlib.engine.training import Trainer, diverged
-from fedlib.engine.workers import POOLS, bounded_workers, start_pool, worker_died, worker_process_setup
+from fedlib.engine.workers import POOLS, bounded_workers, collecting, start_pool, worker_process_setup
 from fedlib.errors import ConfigError, TrainingDiverged
 
 EXECUTORS = ("sequential", "process", "batched")
@@ -218,19 +217,12 @@ class ProcessExecutor:
         chunks = spread([len(self.setup.train_idx[t.client_id]) for t in tasks], self.workers)
         futures: list = []
         results: list = [None] * len(tasks)
-        try:
+        with collecting(futures, "clients", "'process' executor"):
             futures += [pool.submit(_run_chunk, pickle.dumps((self.setup, method, [tasks[i] for i in chunk]),
                                                              protocol=pickle.HIGHEST_PROTOCOL)) for chunk in chunks]
             for chunk, future in zip(chunks, futures):
                 for i, res in zip(chunk, pickle.loads(future.result())):
                     results[i] = res
-        except BrokenProcessPool:
-            POOLS.shutdown("clients")
-            raise worker_died("'process' executor") from None
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
         return results
 
     def close(self) -> None:

@@ -117,6 +117,21 @@ def worker_died(what: str) -> WorkerDied:
                       "worker (--workers 1, or --executor sequential) to see the error")
 
 
+@contextlib.contextmanager
+def collecting(futures, purpose: str, what: str):
+    """Around the wait for ``futures`` of the cached pool ``purpose``: a dead worker drops the pool and raises
+    ``worker_died(what)`` in one line; any other exit (an error, Ctrl-C) cancels the futures not started."""
+    try:
+        yield
+    except BrokenProcessPool:
+        POOLS.shutdown(purpose)
+        raise worker_died(what) from None
+    except BaseException:
+        for f in futures:
+            f.cancel()
+        raise
+
+
 def stop_pool(pool: ProcessPoolExecutor, kill: bool = False) -> None:
     """Shut a pool down; ``kill``: stop processes still busy instead of waiting for them."""
     if kill:

@@ -68,14 +68,9 @@ def free_memory(device: str) -> int:
     """Bytes the device can still hand out: CUDA's free memory, or the kernel's MemAvailable on the CPU."""
     if device.startswith("cuda"):
         return int(torch.cuda.mem_get_info(torch.device(device))[0])
-    try:
-        with open("/proc/meminfo") as f:
-            info = {line.split(":")[0]: line.split()[1] for line in f}
-        return int(info["MemAvailable"]) * 1024
-    except (OSError, KeyError, ValueError, IndexError):
-        import os
+    from fedlib.engine.workers import available_memory
 
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return available_memory()
 
 
 def check_allocation(method, num_classes: int, feature_dim: int, model_bytes: int, cfg: Config) -> None:

@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator, Mapping
 from concurrent.futures.process import BrokenProcessPool
 
-from fedlib.engine.workers import POOLS, worker_died
+from fedlib.engine.workers import POOLS, collecting, worker_died
 from fedlib.errors import check
 from fedlib.experiment import Config, read_cached_record, run
 
@@ -118,18 +118,11 @@ def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, st
     if workers > 1 and len(pending) > 1:
         pool = _run_pool(workers)
         futures = {pool.submit(_run_one, configs[idx[0]], kwargs, keep_diverged): idx for idx in pending.values()}
-        try:
+        with collecting(futures, "runs", "runs (--workers)"):
             for future in as_completed(futures):
                 for i in futures[future]:
                     out[i] = future.result()
                 bar.update(len(futures[future]))
-        except BrokenProcessPool:
-            POOLS.shutdown("runs")
-            raise worker_died("runs (--workers)") from None
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
     else:
         for idx in pending.values():
             record = _run_one(configs[idx[0]], kwargs, keep_diverged)
