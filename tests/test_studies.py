@@ -768,13 +768,16 @@ def test_fedpcl_readings_per_regime_against_the_best_baseline_and_why_solo_is_ha
     from fedlib.studies import fedpcl
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
-    confusion = (np.eye(10) * 5).tolist()   # one client, every test image right: 10% predicted as class 0
+    def confusion(acc: int) -> list:
+        """One client, 100 test images a class, ``acc`` of them right and the rest taken for the next class: the
+        accuracy the record states, and 10% predicted as class 0."""
+        return (np.eye(10) * acc + np.roll(np.eye(10), 1, axis=1) * (100 - acc)).tolist()
 
     def write(configs, accs):
         for cfg, acc in zip(configs, accs):
             row = {"round": cfg.rounds, "personal_local_acc": acc / 100}
             results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "paper",
-                           "history": [row], "final": row, "final_confusions": {"personal_local": [confusion]}},
+                           "history": [row], "final": row, "final_confusions": {"personal_local": [confusion(acc)]}},
                           "fedpcl", tmp_path)
 
     table2, readings = fedpcl.table2_grid("paper", fedpcl.FEW_SHOT), fedpcl.reading_grid("paper", fedpcl.FEW_SHOT)

@@ -43,6 +43,28 @@ class Statistic:
 Metric = str | Statistic
 
 
+def first_reach(record: dict, metric: str, target: float) -> int | None:
+    """The first evaluated round whose ``metric`` reaches ``target`` (None: never)."""
+    return next((int(row["round"]) for row in record.get("history", []) if metric in row and row[metric] >= target),
+                None)
+
+
+def rounds_to_final_of(table: str, cell: Hashable, metric: str, name: str) -> Statistic:
+    """Rounds until a record's ``metric`` first reaches the final value of the same seed's run in ``cell`` of
+    ``table``, rounded down to half a point (its own noise at the last rounds aside); one evaluation past the last
+    round where it never does."""
+    def rounds(record: dict, peers: Peers) -> float | None:
+        target_run = peers(table, cell)
+        evals = [row[metric] for row in (target_run or {}).get("history", []) if metric in row]
+        if not evals:
+            return None
+        reached = first_reach(record, metric, np.floor(200 * evals[-1]) / 200)
+        cfg = record["config"]
+        return float(reached if reached is not None else int(cfg["rounds"]) + int(cfg.get("eval_every") or 1))
+
+    return Statistic(name, rounds, "rounds")
+
+
 @dataclass(frozen=True)
 class Read:
     """One number per seed: a cell of a table, read with a metric."""
@@ -171,6 +193,7 @@ class Claim:
     hypothesis: bool = False   # a hypothesis of this book, not a claim of the paper: shown, never counted
     unit: str = "points"
     beside: tuple = ()    # (name, comparisons): another form of the method, assessed the same way, shown, never counted
+    scales: tuple[str, ...] = ()   # the budgets whose runs can resolve it (default every one; the reading says why)
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -280,10 +303,10 @@ class Assessment:
 
 
 def assess(claim: Claim, evidence: Evidence, scale: str, labels: dict | None = None, last: int = 1) -> Assessment:
-    """``claim`` decided on ``evidence`` (one scale's runs). A comparison without a paired seed is missing, one with a
-    single seed has no interval (either keeps an "all" claim from holding); reading seeds beyond the claim's planned
-    ones is a second look."""
-    comparisons = claim.comparisons(evidence, labels or {})
+    """``claim`` decided on ``evidence`` (one scale's runs; not checked at a scale its ``scales`` leave out). A
+    comparison without a paired seed is missing, one with a single seed has no interval (either keeps an "all" claim
+    from holding); reading seeds beyond the claim's planned ones is a second look."""
+    comparisons = claim.comparisons(evidence, labels or {}) if not claim.scales or scale in claim.scales else []
     diffs = [(c, differences(c, evidence, last)) for c in comparisons]
     used = sorted({s for _, d in diffs if d for s in d})
     looks = 2 if set(used) - set(claim.seeds) else 1

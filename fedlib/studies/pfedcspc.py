@@ -14,7 +14,7 @@ import numpy as np
 
 from fedlib.experiment import Config, make_config
 from fedlib.plots import chance_line, floor_line
-from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Sentence, Statistic, each_above, versus
+from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Sentence, each_above, rounds_to_final_of, versus
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     RUNTIME,
     fmt,
@@ -189,14 +189,6 @@ def ablation_config(run: str, dataset: str, scale: str, seed: int = 0, **kw) -> 
     return config("pfedcspc", dataset, scale, seed=seed, hyper=dict(ABLATION_RUNS[run]), **kw)
 
 
-def rounds_to_reach(record: dict, target: float, metric: str = "acc_global") -> int | None:
-    """The first evaluated round whose ``metric`` reaches ``target`` (None: never)."""
-    for row in record["history"]:
-        if metric in row and row[metric] >= target:
-            return int(row["round"])
-    return None
-
-
 def target_accuracy(fedavg_records: list[dict]) -> float:
     """Table VII's target read from FedAvg: its final ACC_global (mean over seeds) rounded down to 0.5 points."""
     import math
@@ -208,19 +200,9 @@ def target_accuracy(fedavg_records: list[dict]) -> float:
 TARGET_SETTER = "fedavg"   # Table VII's target is FedAvg's final accuracy: FedAvg sets it and is not compared
 
 
-def _rounds_to_target(record: dict, peers) -> float | None:
-    """Table VII per seed: the first evaluated round at which ``record``'s global model reaches the target, that
-    seed's FedAvg final ACC_global rounded down to 0.5 points; one evaluation past the last round where it never
-    does."""
-    fedavg = peers("table7", TARGET_SETTER)
-    if fedavg is None:
-        return None
-    cfg = record["config"]
-    reached = rounds_to_reach(record, target_accuracy([fedavg]))
-    return float(reached if reached is not None else int(cfg["rounds"]) + int(cfg.get("eval_every") or 1))
-
-
-ROUNDS_TO_TARGET = Statistic("rounds to FedAvg's final accuracy", _rounds_to_target, "rounds")
+# Table VII per seed: the first evaluated round at which a global model reaches that seed's FedAvg final ACC_global
+# rounded down to 0.5 points; one evaluation past the last round where it never does
+ROUNDS_TO_TARGET = rounds_to_final_of("table7", TARGET_SETTER, "acc_global", "rounds to FedAvg's final accuracy")
 PERSONALIZED = [m for m in TABLE3 if m not in ("fedavg", "pfedcspc")]   # Table III's personalized-FL baselines
 
 
