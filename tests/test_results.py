@@ -494,6 +494,34 @@ def test_fedprp_claims_read_the_first_dataset_over_the_last_evaluations():
         (5 + 0.5 + 4.5) / 3)   # the mean of rounds 1 and 2 for each seed: 35 - 30, 36 - 35.5, 37 - 32.5
 
 
+def test_fedprp_few_classes_raised_and_many_medium_kept_on_both_partitions():
+    """Table III's group claim on made-up runs, three seeds: FedPRP's Few 60 / 61 / 62 against FedAvg's and FedProto's
+    40-46 (greater on every seed), its Many and Medium 0.2 points below theirs (within the one point of delta): holds;
+    with Medium 5 points below on the Dirichlet partition (noise 0.1) it does not hold."""
+    from fedlib.studies.registry import study
+
+    def recs(few, many, medium):
+        return [{"seed": s, "history": [{"round": 1, "global_few": (few + s) / 100,
+                                         "global_many": (many + s * 0.1) / 100,
+                                         "global_medium": (medium - s * 0.1) / 100}], "final": {}} for s in range(3)]
+
+    def table3(dirichlet_medium):
+        out = {}
+        for kind in ("shards", "dirichlet"):
+            out[("fmnist", kind, "fedprp")] = recs(60, 55, dirichlet_medium if kind == "dirichlet" else 50)
+            out[("fmnist", kind, "fedavg")] = recs(40, 55.2, 50.2)
+            out[("fmnist", kind, "fedproto")] = recs(46, 55.2, 50.2)
+        return out
+
+    def outcome(medium):
+        found = study("fedprp").assess("book", {"table3": table3(medium)})
+        return next(a for a in found if a.claim.id == "few_up_groups_kept")
+
+    kept = outcome(50)
+    assert kept.outcome == "holds" and len(kept.decision.compared) == 12   # 3 groups x 2 bases x 2 partitions
+    assert outcome(45).outcome == "does not hold"
+
+
 def test_pfedcspc_views_and_rounds_to_the_target():
     """Table III reads FedAvg-FT (the FedAvg run) and pFedCSPC from Table II; Table VII's target is each seed's FedAvg
     final ACC_global (60%): MOON reaches it in round 3, pFedCSPC in round 2, on both seeds: one round fewer, a
