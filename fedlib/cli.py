@@ -105,6 +105,12 @@ def _parser() -> argparse.ArgumentParser:
                                        "training images; writes results/tuning/<chapter>.json")
     tune.add_argument("chapters", nargs="+", help="chapters whose study names a TUNING run (pfedcspc, fedmate, fedprp)")
     tune.add_argument("--lrs", nargs="+", type=float, default=None, help="the grid (default: 0.01 0.03 0.05 0.1)")
+    timed = sub.add_parser("timing", help="time a round of each method a chapter's efficiency claims name, side by "
+                                          "side on this machine; writes results/timing/<chapter>.json")
+    timed.add_argument("chapter", help="a chapter whose study names its timing_runs (fedgpa)")
+    timed.add_argument("--repeats", type=int, default=5, help="timed rounds of each method (after one untimed)")
+    timed.add_argument("--device", default="cpu")
+    timed.add_argument("--executor", default="sequential", help="sequential | process | batched, for every method")
     sub.add_parser("list", help="methods, datasets, partitions, models and scales with their parameters")
     book = sub.add_parser("book", help="execute the notebooks of the manifest with papermill, then build the book")
     book.add_argument("--manifest", default="book/experiments.yml")
@@ -330,6 +336,31 @@ def cmd_tune(args) -> int:
     return 0
 
 
+def cmd_timing(args) -> int:
+    from fedlib.errors import check
+    from fedlib.studies import timing
+    from fedlib.studies.registry import chapters
+
+    timed = [name for name, c in chapters().items() if hasattr(c.study, "timing_runs")]
+    check(args.chapter in timed, "chapter", args.chapter, f"a chapter with efficiency claims: {', '.join(timed)}")
+    check(args.repeats >= 3, "--repeats", args.repeats, "at least 3 (the claims need three paired repetitions)")
+    configs = chapters()[args.chapter].study.timing_runs(args.device, args.executor)
+    answer = timing.record(args.chapter, configs, args.repeats)
+    for row in timing.summary(answer):
+        print("  ".join(f"{k}: {v}" for k, v in row.items()))
+    print(f"written: results/timing/{args.chapter}.json ({answer['device']}, {answer['wall_s']:.0f} s)")
+    return 0
+
+
+def cmd_book(args) -> int:
+    return book_builder().build_book(args.manifest, only=args.config, build=not args.no_build)
+
+
+def cmd_list_all(args) -> int:
+    cmd_list()
+    return 0
+
+
 def book_builder():
     """The book's builder, ``book/build.py`` of the repository checkout this fedlib runs from (the book's
     notebooks and manifest are not part of the installed package)."""
@@ -346,25 +377,17 @@ def book_builder():
     return module
 
 
+COMMANDS = {"list": cmd_list_all, "run": cmd_run, "records": cmd_records, "tune": cmd_tune, "timing": cmd_timing,
+            "book": cmd_book}
+
+
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
     try:
         from fedlib.experiment.config import check_environment
 
         check_environment()
-        if args.command == "list":
-            cmd_list()
-            return 0
-        if args.command == "run":
-            return cmd_run(args)
-        if args.command == "records":
-            return cmd_records(args)
-        if args.command == "tune":
-            return cmd_tune(args)
-        if args.command == "book":
-            build_book = book_builder().build_book
-
-            return build_book(args.manifest, only=args.config, build=not args.no_build)
+        return COMMANDS[args.command](args)
     except (ConfigError, DataNotFoundError, TrainingDiverged, NotebookFailed, StorageFailed, ClientFailed,
             WorkerDied) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -372,4 +395,3 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         print("interrupted: run the same command again to resume from the last finished round", file=sys.stderr)
         return 130
-    return 0

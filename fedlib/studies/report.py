@@ -400,7 +400,8 @@ def claim_runs(study, scale: str = "reference") -> list[dict]:
         seeds = sorted({c.seed for c in configs})
         rows.append({"claim": claim.summary,
                      "decided by": "; ".join(f"{t}: {study.TABLE_RUNS.get(t, t)}" for t in claim.tables),
-                     "runs": f"{len(configs)} ({sum(len(grids[t]) for t in read)} cells x seeds {seeds})"})
+                     "runs": f"{len(configs)} ({sum(len(grids[t]) for t in read)} cells x seeds {seeds})" if read
+                     else "-"})   # measured, not trained (a timing record)
     return rows + [{"claim": f"“{s.words}” ({s.source})", "decided by": s.status, "runs": "-"}
                    for s in study.INVENTORY if not s.claim]
 

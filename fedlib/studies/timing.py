@@ -1,0 +1,135 @@
+"""Time per round measured side by side, for a paper's efficiency claims.
+
+A chapter that tests one names the runs to time (``timing_runs(device, executor)``: {method: Config}, the paper's
+per-round workload). Every federation is built first in one process; each runs one untimed round; then
+each repetition runs one more round of every method, in an order rotated by one per repetition (drift in the
+machine's speed falls on every method alike), timing its training and aggregation and then its evaluation (where
+methods such as FedBABU fine-tune). The seconds are written to ``results/timing/<chapter>.json`` with the
+processor, the code version, the precision and the date; the book reads the file and never re-times.
+
+    python -m fedlib timing fedgpa --repeats 5
+
+The claims read the repetitions as paired observations (``evidence``: one pseudo-record per repetition, its
+"seed" the repetition), through ``SECONDS`` or ``relative_to``."""
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from fedlib.studies.claims import Statistic
+
+
+def _root() -> Path:
+    from fedlib import results
+
+    return results.RESULTS / "timing"   # beside the chapters' records (FEDLIB_RESULTS moves both)
+
+
+def measure(configs: dict, repeats: int, progress: Callable[[str], None] = print) -> dict:
+    """{method: {"train_s": [...], "evaluate_s": [...]}} over ``repeats`` repetitions (see the module's doc)."""
+    from fedlib.experiment import build, validate
+
+    methods = list(configs)
+    feds = {}
+    for m, cfg in configs.items():
+        validate(cfg)
+        feds[m] = build(cfg)
+        feds[m].run_round(0)   # untimed: first-round allocations, kernels chosen, pools started
+    out: dict[str, dict[str, list[float]]] = {m: {"train_s": [], "evaluate_s": []} for m in methods}
+    for r in range(repeats):
+        for m in methods[r % len(methods):] + methods[:r % len(methods)]:
+            fed = feds[m]
+            started = time.perf_counter()
+            fed.run_round(r + 1)
+            trained = time.perf_counter()
+            fed.evaluate(r + 1)
+            out[m]["train_s"].append(trained - started)
+            out[m]["evaluate_s"].append(time.perf_counter() - trained)
+        progress(f"repetition {r + 1}/{repeats}: " + ", ".join(
+            f"{m} {out[m]['train_s'][-1] + out[m]['evaluate_s'][-1]:.1f} s" for m in methods))
+    for fed in feds.values():
+        fed.executor.close()
+    return out
+
+
+def record(chapter: str, configs: dict, repeats: int, root: Path | None = None,
+           progress: Callable[[str], None] = print) -> dict:
+    """Measure ``configs`` and write the chapter's timing record; returns it."""
+    from fedlib.experiment import atomic_json
+    from fedlib.experiment.records import code_version, device_description
+
+    first = next(iter(configs.values()))
+    started = time.time()
+    seconds = measure(configs, repeats, progress)
+    answer = {"chapter": chapter, "repeats": repeats, "seconds": seconds,
+              "configs": {m: cfg.flat() for m, cfg in configs.items()},
+              "device": device_description(first.device), "precision": first.precision,
+              "executor": first.executor, "code_version": code_version(), "wall_s": round(time.time() - started, 1),
+              "finished_at": datetime.now(UTC).isoformat(timespec="seconds")}
+    atomic_json((root or _root()) / f"{chapter}.json", answer)
+    return answer
+
+
+def read(chapter: str, root: Path | None = None) -> dict | None:
+    """The committed timing record of ``chapter`` (None where there is none); a damaged one is one ConfigError."""
+    from fedlib.errors import ConfigError
+
+    path = (root or _root()) / f"{chapter}.json"
+    if not path.exists():
+        return None
+    try:
+        answer = json.loads(path.read_text())
+        seconds = answer["seconds"]
+        ok = isinstance(seconds, dict) and all(
+            len(s["train_s"]) == len(s["evaluate_s"]) == answer["repeats"]
+            and all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in s["train_s"] + s["evaluate_s"])
+            for s in seconds.values())
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"timing record {path}", path.name, "a record of finite, non-negative seconds for every "
+                          f"repetition: restore it (git checkout) or run `python -m fedlib timing {chapter}`")
+    return answer
+
+
+def evidence(chapter: str, root: Path | None = None) -> dict:
+    """{method: one pseudo-record per repetition} (its "seed" the repetition, its "seconds" the whole round:
+    training, aggregation and evaluation), the cells of a chapter's timing table; {} where nothing is recorded."""
+    answer = read(chapter, root)
+    if answer is None:
+        return {}
+    return {m: [{"seed": r, "seconds": t + e, "history": []} for r, (t, e) in enumerate(zip(s["train_s"],
+                                                                                             s["evaluate_s"]))]
+            for m, s in answer["seconds"].items()}
+
+
+SECONDS = Statistic("seconds per round", lambda rec, peers: rec.get("seconds"), "seconds")
+
+
+def relative_to(table: str, base: str, name: str) -> Statistic:
+    """A round's time in % above ``base``'s round in the same repetition (``table``: the timing table's name)."""
+    def percent(rec: dict, peers) -> float | None:
+        other = peers(table, base)
+        if other is None or not other.get("seconds"):
+            return None
+        return 100 * (rec["seconds"] / other["seconds"] - 1)
+
+    return Statistic(name, percent, "%")
+
+
+def summary(answer: dict) -> list[dict]:
+    """One row per method: median and range of its round's seconds (training and evaluation apart and together)."""
+    import numpy as np
+
+    rows = []
+    for m, s in answer["seconds"].items():
+        whole = [t + e for t, e in zip(s["train_s"], s["evaluate_s"])]
+        rows.append({"method": m, "median s / round": round(float(np.median(whole)), 2),
+                     "range": f"{min(whole):.2f}-{max(whole):.2f}",
+                     "training + aggregation (median)": round(float(np.median(s["train_s"])), 2),
+                     "evaluation (median)": round(float(np.median(s["evaluate_s"])), 2)})
+    return rows

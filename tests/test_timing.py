@@ -1,0 +1,64 @@
+"""Time per round measured side by side (``fedlib.studies.timing``) and the efficiency claims that read it."""
+import json
+
+import pytest
+
+from fedlib import results
+from fedlib.errors import ConfigError
+from fedlib.experiment import make_config
+from fedlib.studies import timing
+
+
+def test_every_method_is_timed_each_repetition_and_the_record_reads_back(tmp_path):
+    configs = {m: make_config(method=m, dataset="digits", num_clients=3, rounds=6, local_epochs=1,
+                              partition={"name": "dirichlet", "alpha": 0.5}) for m in ("fedavg", "fedprox")}
+    said = []
+    answer = timing.record("demo", configs, 3, root=tmp_path, progress=said.append)
+    assert len(said) == 3 and said[0].startswith("repetition 1/3: fedavg")
+    assert said[1].startswith("repetition 2/3: fedavg")   # the order rotates; the line keeps the methods' order
+    back = timing.read("demo", tmp_path)
+    assert back == json.loads(json.dumps(answer)) and back["repeats"] == 3 and back["device"].startswith("cpu")
+    for seconds in back["seconds"].values():
+        assert len(seconds["train_s"]) == len(seconds["evaluate_s"]) == 3
+        assert all(v > 0 for v in seconds["train_s"] + seconds["evaluate_s"])
+    cells = timing.evidence("demo", tmp_path)
+    assert [r["seed"] for r in cells["fedprox"]] == [0, 1, 2]
+    first = back["seconds"]["fedprox"]
+    assert cells["fedprox"][1]["seconds"] == pytest.approx(first["train_s"][1] + first["evaluate_s"][1])
+    assert timing.read("nothing", tmp_path) is None and timing.evidence("nothing", tmp_path) == {}
+
+
+@pytest.mark.parametrize("damage", ['{"repeats": 3, "seconds": {"fedavg": {"train_s": [1, 2], "evaluate_s": [1, 2]}}}',
+                                    '{"repeats": 1, "seconds": {"fedavg": {"train_s": [-1], "evaluate_s": [0]}}}',
+                                    "not json"])
+def test_a_damaged_timing_record_is_one_error_naming_it(tmp_path, damage):
+    (tmp_path / "demo.json").write_text(damage)
+    with pytest.raises(ConfigError, match="demo.json"):
+        timing.read("demo", tmp_path)
+
+
+def fedgpa_outcomes(tmp_path, monkeypatch, fedgpa_over_fedpac: float) -> dict:
+    """FedGPA's Table 7 claims on a made-up timing record: FedAvg 100 s a round (+-1 over five repetitions), the
+    others 5-40% above it, FedGPA ``fedgpa_over_fedpac`` times FedPAC's round."""
+    from fedlib.studies.registry import study
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    jitter = [0.0, 1.0, -1.0, 0.5, -0.5]
+    base = {"fedavg": 100, "fedprox": 105, "scaffold": 110, "fedbabu": 106, "fedpac": 120}
+    seconds = {m: [v + j for j in jitter] for m, v in base.items()}
+    seconds["fedgpa"] = [fedgpa_over_fedpac * v for v in seconds["fedpac"]]
+    (tmp_path / "timing").mkdir(parents=True)
+    (tmp_path / "timing" / "fedgpa.json").write_text(json.dumps({"repeats": 5, "seconds": {
+        m: {"train_s": [0.9 * v for v in s], "evaluate_s": [0.1 * v for v in s]} for m, s in seconds.items()}}))
+    found = {a.claim.id: a for a in study("fedgpa").assess("paper", runs={})}
+    return {k: found[k] for k in ("fedavg_fastest", "gpa_slightly_above_pac")}
+
+
+def test_fedgpa_table7_claims_read_the_repetitions_paired(tmp_path, monkeypatch):
+    found = fedgpa_outcomes(tmp_path, monkeypatch, 1.02)
+    assert found["fedavg_fastest"].outcome == "holds" and len(found["fedavg_fastest"].decision.compared) == 5
+    slight = found["gpa_slightly_above_pac"]
+    assert slight.outcome == "holds" and slight.looks == 1
+    assert slight.decision.compared[0].mean == pytest.approx(2.0)          # +2% on every repetition
+    assert slight.decision.compared[1].mean == pytest.approx(10.0 - 2.0)   # within 'slightly' (10%)
+    assert fedgpa_outcomes(tmp_path / "b", monkeypatch, 1.15)["gpa_slightly_above_pac"].outcome == "does not hold"
