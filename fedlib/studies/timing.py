@@ -133,3 +133,27 @@ def summary(answer: dict) -> list[dict]:
                      "training + aggregation (median)": round(float(np.median(s["train_s"])), 2),
                      "evaluation (median)": round(float(np.median(s["evaluate_s"])), 2)})
     return rows
+
+
+def provenance_text(answer: dict) -> str:
+    return (f"measured {answer['finished_at'][:10]} on {answer['device']}, {answer['precision']}, executor "
+            f"{answer['executor']}, {answer['code_version']}: {answer['repeats']} timed rounds of each method after an "
+            f"untimed one, in an order rotated by one each repetition; {answer['wall_s']:.0f} s in all. The paper's "
+            "times come from its own hardware: the claims compare the methods' rounds with each other, never with them")
+
+
+def show(chapter: str, labels: dict, paper_seconds: dict) -> None:
+    """The chapter's committed timing record as a table (median and range per method, the paper's time beside it)
+    with its provenance; a line saying how to make it where there is none."""
+    import pandas as pd
+    from IPython.display import HTML, display
+
+    answer = read(chapter)
+    if answer is None:
+        print(f"not timed yet: python -m fedlib timing {chapter}")
+        return
+    rows = [{**row, "method": labels.get(row["method"], row["method"]),
+             "paper": f"{paper_seconds[row['method']] // 60} min {paper_seconds[row['method']] % 60} s"}
+            for row in summary(answer) if row["method"] in paper_seconds]
+    display(pd.DataFrame(rows).set_index("method"))
+    display(HTML(f"<p class='provenance'>{provenance_text(answer)}</p>"))
