@@ -162,10 +162,15 @@ class Chapter:
 
     def read(self, scale: str, runs: dict | None = None) -> dict:
         """What the claims read at ``scale``: ``runs`` ({table: {cell: records}}, a page's own runs) or the committed
-        records, with the chapter's ``views`` (the tables made of other tables' runs)."""
+        records, with the chapter's ``views`` (the tables made of other tables' runs) and, at paper scale, its
+        committed side-by-side timing (``timing.TABLE``) where it names ``timing_runs``."""
         from fedlib.studies.claims import scale_of
 
         evidence = self.evidence(scale) if runs is None else dict(runs)
+        if scale == "paper" and hasattr(self.study, "timing_runs"):   # its efficiency claims' side-by-side timing
+            from fedlib.studies import timing
+
+            evidence[timing.TABLE] = timing.evidence(self.name)
         return self.study.views(evidence, scale_of(scale)) if hasattr(self.study, "views") else evidence
 
     def last(self, scale: str) -> int:

@@ -9,8 +9,9 @@ processor, the code version, the precision and the date; the book reads the file
 
     python -m fedlib timing fedgpa --repeats 5
 
-The claims read the repetitions as paired observations (``evidence``: one pseudo-record per repetition, its
-"seed" the repetition), through ``SECONDS`` or ``relative_to``."""
+The claims read the repetitions as paired observations in the paper-scale table ``TABLE`` (``evidence``: one
+pseudo-record per repetition, its "seed" the repetition; ``Chapter.read`` adds it), through ``SECONDS`` or
+``relative_to``."""
 from __future__ import annotations
 
 import json
@@ -21,6 +22,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from fedlib.studies.claims import Statistic
+
+TABLE = "timing"   # the table the claims read: {method: one pseudo-record per repetition}, at paper scale
 
 
 def _root() -> Path:
@@ -110,10 +113,10 @@ def evidence(chapter: str, root: Path | None = None) -> dict:
 SECONDS = Statistic("seconds per round", lambda rec, peers: rec.get("seconds"), "seconds")
 
 
-def relative_to(table: str, base: str, name: str) -> Statistic:
-    """A round's time in % above ``base``'s round in the same repetition (``table``: the timing table's name)."""
+def relative_to(base: str, name: str) -> Statistic:
+    """A round's time in % above ``base``'s round in the same repetition."""
     def percent(rec: dict, peers) -> float | None:
-        other = peers(table, base)
+        other = peers(TABLE, base)
         if other is None or not other.get("seconds"):
             return None
         return 100 * (rec["seconds"] / other["seconds"] - 1)
@@ -153,7 +156,7 @@ def show(chapter: str, labels: dict, paper_seconds: dict) -> None:
         print(f"not timed yet: python -m fedlib timing {chapter}")
         return
     rows = [{**row, "method": labels.get(row["method"], row["method"]),
-             "paper": f"{paper_seconds[row['method']] // 60} min {paper_seconds[row['method']] % 60} s"}
+             "paper s / round": paper_seconds[row["method"]]}
             for row in summary(answer) if row["method"] in paper_seconds]
     display(pd.DataFrame(rows).set_index("method"))
     display(HTML(f"<p class='provenance'>{provenance_text(answer)}</p>"))
