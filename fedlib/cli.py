@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import io
 import json
+import re
 import sys
 
 from fedlib.errors import (
@@ -28,21 +30,28 @@ from fedlib.errors import (
     WorkerDied,
 )
 
+NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")   # what Python reads as a number, JSON or not
+
 
 def _value(text: str):
-    """Parse a command-line value as JSON when possible (numbers, lists, booleans), else a string."""
+    """Parse a command-line value as JSON when possible (numbers, lists, booleans), else a number as Python writes
+    it (``.05``, ``+0.05``), else a string."""
     try:
         return json.loads(text)
     except json.JSONDecodeError:
+        if NUMBER.fullmatch(text):
+            return float(text) if any(c in text for c in ".eE") else int(text)
         return {"True": True, "False": False, "None": None}.get(text, text)
 
 
 def _pairs(items: list[str], what: str) -> dict:
-    out = {}
+    out: dict = {}
     for item in items or []:
         if "=" not in item:
             raise ConfigError(what, item, "key=value pairs")
         key, value = item.split("=", 1)
+        if key.strip() in out:   # only the last would be checked and used
+            raise ConfigError(f"{what} {key.strip()}", item, "each key once")
         out[key.strip()] = _value(value.strip())
     return out
 
@@ -196,7 +205,7 @@ def cmd_run(args) -> int:
     cache = None if args.cache == "none" else (args.cache or DEFAULT_CACHE)
     if cache is not None:
         check_writable_folder(cache, "--cache")
-    if args.out:
+    if args.out is not None:
         check_writable_file(args.out, "--out")
     from fedlib.data import load_dataset
 
@@ -269,6 +278,8 @@ def check_writable_file(path, option: str) -> None:
     from pathlib import Path
 
     target = Path(path)
+    if os.fspath(path).strip() == "" or os.fspath(path).endswith(("/", os.sep)):   # Path("x/") is "x"
+        raise ConfigError(option, os.fspath(path), "a file path (a name, not empty and not ending in '/')")
     try:
         if target.is_dir():
             raise ConfigError(option, os.fspath(path), "a file path (this is a folder)")
@@ -383,6 +394,9 @@ COMMANDS = {"list": cmd_list_all, "run": cmd_run, "records": cmd_records, "tune"
 
 def main(argv=None) -> int:
     args = _parser().parse_args(argv)
+    for stream in (sys.stdout, sys.stderr):   # a terminal that cannot show "±" gets "?", not a traceback
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="replace")
     try:
         from fedlib.experiment.config import check_environment
 

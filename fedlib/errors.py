@@ -47,6 +47,7 @@ def check(condition: object, field: str, value, allowed: str) -> None:
 
 
 FLOAT32_MAX = 3.4028234663852886e38
+FLOAT32_TINY = 1.1754943508222875e-38   # the smallest normal float32
 
 
 def _rule(annotation):

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from fedlib.experiment import Config, build, device_description, make_config
+from fedlib.store import env_folder
 
-RESULTS = Path(os.environ.get("FEDLIB_RESULTS", Path(__file__).resolve().parents[1] / "results"))
+RESULTS = env_folder("FEDLIB_RESULTS", Path(__file__).resolve().parents[1] / "results")
 KEEP = (
     "config",
     "key",

@@ -59,3 +59,10 @@ def set_aside(path: Path) -> Path:
     if path.exists():
         os.replace(path, target)
     return target
+
+
+def env_folder(name: str, default: Path) -> Path:
+    """The folder an environment variable names (``~`` expanded, as a shell would: ``FEDLIB_CACHE='~/fc'`` is the
+    home's ``fc``, not a folder named ``~``), else ``default``."""
+    value = os.environ.get(name)
+    return Path(os.path.expanduser(value)) if value else default

@@ -93,6 +93,12 @@ BAD = [
     (["--set", "precision=fp16"], "precision='fp16' is not allowed: one of fp32, bf16, tf32"),
     (["--engine", "flower", "--executor", "process"], "executor='process' is not allowed: 'sequential' with engine "
                                                       "'flower'"),
+    # issue 67: command-line leftovers
+    (["--set", "lr=-1", "lr=0.05"], "--set lr='lr=0.05' is not allowed: each key once"),   # not only the last
+    (["--set", "lr=1e-320"], "lr=1e-320 is not allowed: a positive number float32 can hold"),   # 0 in float32
+    (["--out", ""], "--out='' is not allowed: a file path"),
+    (["--out", "nodir/"], "--out='nodir/' is not allowed: a file path"),   # it wrote a file named nodir
+    (["--method", "pfedcspc", "--hp", "lambdas=[Infinity, 1]"], "hyper.lambdas=[inf, 1] is not allowed"),
 ]
 
 
@@ -103,6 +109,44 @@ def test_bad_input_is_one_line_before_training(args, names, capsys, tmp_path, no
     assert len(err) == 1 and err[0].startswith("error: "), err
     assert names in err[0]
     assert not list(tmp_path.glob("*.json")) and not list(tmp_path.glob("*.ckpt"))
+
+
+@pytest.mark.parametrize("args, field, value", [
+    (["--set", "lr=.05"], "lr", 0.05), (["--set", "lr=+0.05"], "lr", 0.05), (["--set", "rounds=+1"], "rounds", 1),
+    (["--device", "cpu:0"], "device", "cpu"),   # the one CPU device: the same config (and record) as 'cpu'
+])
+def test_numbers_as_python_writes_them_and_cpu_0_are_accepted(args, field, value, monkeypatch, tmp_path):
+    """``.05``, ``+0.05`` and ``cpu:0`` were refused; they are the values Python and torch read them as."""
+    from fedlib import experiment as exp
+
+    seen = []
+    monkeypatch.setattr(exp, "run", lambda cfg, **kw: seen.append(cfg) or (_ for _ in ()).throw(KeyboardInterrupt))
+    assert main([*BASE, "--cache", str(tmp_path), *args]) == 130
+    assert getattr(seen[0], field) == value
+
+
+def test_a_folder_variable_starting_with_a_tilde_is_under_home(tmp_path, monkeypatch):
+    """FEDLIB_CACHE='~/fc' made a folder named '~' in the current folder; a shell would have expanded it."""
+    from fedlib.store import env_folder
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("FEDLIB_CACHE", "~/fc")
+    assert env_folder("FEDLIB_CACHE", tmp_path / "default") == tmp_path / "fc"
+    monkeypatch.delenv("FEDLIB_CACHE")
+    assert env_folder("FEDLIB_CACHE", tmp_path / "default") == tmp_path / "default"
+
+
+def test_a_terminal_that_cannot_show_plus_minus_gets_the_table(tmp_path):
+    """PYTHONIOENCODING=ascii ended in a UnicodeEncodeError at the table's '±' after training."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "TQDM_DISABLE": "1"}
+    done = subprocess.run([sys.executable, "-m", "fedlib", *BASE, "--cache", str(tmp_path), "--set", "rounds=1"],
+                          env=env, capture_output=True, text=True, encoding="ascii", errors="replace", timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "mean ? std over seeds" in done.stdout and "fedavg" in done.stdout
 
 
 def test_numpy_scalars_through_the_python_api_are_the_numbers_they_hold():

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from fedlib.errors import ConfigError, DataNotFoundError
+from fedlib.store import env_folder
 from fedlib.threads import torch_threads
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -153,7 +154,7 @@ def _idx_split(folders: list[Path], prefix: str, name: str, how: str, test: str 
 
 
 def _data_root(root: Path | None, sub: str) -> Path:
-    base = Path(root) if root else Path(os.environ.get("FEDLIB_DATA", Path.home() / ".cache" / "fedlib" / "data"))
+    base = Path(root) if root else env_folder("FEDLIB_DATA", Path.home() / ".cache" / "fedlib" / "data")
     return base / sub
 
 

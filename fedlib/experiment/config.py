@@ -7,6 +7,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,10 @@ import numpy as np
 import torch
 
 from fedlib.engine.protocol import EvaluationPlan, LocalTraining, Participation, ParticipationSpec, participation_spec
-from fedlib.errors import check, check_fields, check_type
+from fedlib.errors import FLOAT32_TINY, check, check_fields, check_type
+from fedlib.store import env_folder
 
-DEFAULT_CACHE = Path(os.environ.get("FEDLIB_CACHE", Path(__file__).resolve().parents[2] / ".fedlib-cache"))
+DEFAULT_CACHE = env_folder("FEDLIB_CACHE", Path(__file__).resolve().parents[2] / ".fedlib-cache")
 
 # The command line's budgets (``fedlib run --budget``) override an experiment's rounds and epochs; everything
 # else stays as configured. They are not the chapters' scales (ci, book, paper: each chapter's own budget).
@@ -194,6 +196,8 @@ def make_config(**kwargs) -> Config:
     for key in kwargs:
         check(key in FIELDS, key, kwargs[key], f"a config field: {', '.join(sorted(FIELDS))}")
     kwargs = {k: plain(v) for k, v in kwargs.items()}
+    if isinstance(kwargs.get("device"), str) and re.fullmatch(r"cpu:\d+", kwargs["device"]):
+        kwargs["device"] = "cpu"   # torch has one CPU device: 'cpu:0' is 'cpu' (and the same record)
     groups: dict[str, dict] = {}
     for name, kind in GROUPS.items():
         given = kwargs.pop(name, None)
@@ -223,7 +227,8 @@ def check_environment() -> None:
         if value is None:
             continue
         check(value.strip() != "", name, value, f"a folder for {what} (or unset, for the default)")
-        check(not Path(value).exists() or Path(value).is_dir(), name, value, f"a folder for {what}, not a file")
+        folder = env_folder(name, Path())
+        check(not folder.exists() or folder.is_dir(), name, value, f"a folder for {what}, not a file")
 
 
 def check_precision(precision: str, device: str) -> None:
@@ -277,7 +282,8 @@ def validate(cfg: Config) -> None:
     for name, value in (("num_clients", cfg.num_clients), ("rounds", cfg.rounds), ("local_epochs", cfg.local_epochs),
                         ("batch_size", cfg.batch_size), ("eval_every", ev.every)):
         check(isinstance(value, (int, np.integer)) and value >= 1, name, value, "a positive integer")
-    check(isinstance(cfg.lr, (int, float)) and cfg.lr > 0, "lr", cfg.lr, "a positive number")
+    check(isinstance(cfg.lr, (int, float)) and cfg.lr >= FLOAT32_TINY, "lr", cfg.lr,
+          "a positive number float32 can hold (>= 1.2e-38; smaller ones train with a rate of 0)")
     check(isinstance(part.fraction, (int, float)) and 0 < part.fraction <= 1, "fraction", part.fraction,
           "a client sampling fraction in (0, 1]")
     check(cfg.optimizer in ("sgd", "adam"), "optimizer", cfg.optimizer, "'sgd' or 'adam'")

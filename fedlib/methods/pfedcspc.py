@@ -21,6 +21,7 @@ Switches for the ablations (Tables IV-V): ``prototypes`` ("cpm" | "tpg" = one cl
 (CA), ``augment`` (PA), ``align`` (PTA), ``kp``, ``pmi``; ``base`` the local objective (Table VI)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -75,9 +76,9 @@ class CspcHyper(Hyper):
         unit_interval(self.ratio, "ratio")
         positive(self.ratio, "ratio")
         unit_interval(self.lam_kp, "lam_kp")
-        if not self.lambdas or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
-                                       for v in self.lambdas):
-            raise ConfigError("hyper.lambdas", self.lambdas, "a non-empty list of non-negative numbers")
+        if not self.lambdas or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                       and math.isfinite(v) and v >= 0 for v in self.lambdas):
+            raise ConfigError("hyper.lambdas", self.lambdas, "a non-empty list of finite non-negative numbers")
         if self.prototypes not in ("cpm", "tpg"):
             raise ConfigError("hyper.prototypes", self.prototypes, "'cpm' (clustered) or 'tpg' (one class mean)")
         if self.base not in BASES:
