@@ -149,6 +149,16 @@ def test_a_terminal_that_cannot_show_plus_minus_gets_the_table(tmp_path):
     assert "mean ? std over seeds" in done.stdout and "fedavg" in done.stdout
 
 
+def test_run_many_given_one_config_twice_trains_it_once_and_returns_it_at_both_places(tmp_path):
+    """It returned [record, None]: the second copy met the first one's lock in the same process."""
+    from fedlib.experiment import run_many
+
+    cfg = make_config(method="fedavg", **{**DIGITS, "rounds": 1})
+    out = run_many([cfg, cfg], cache_dir=tmp_path, progress=False)
+    assert out[0] is out[1] and out[0]["seed"] == cfg.seed
+    assert len(list(tmp_path.glob("*.json"))) == 1
+
+
 def test_numpy_scalars_through_the_python_api_are_the_numbers_they_hold():
     """np.float32(0.02) is a learning rate like 0.02 (it was refused as 'not a positive number'), with the key of
     the Python number it holds."""
@@ -826,6 +836,12 @@ API_MISUSE = [
      "result record key='../../x' is not allowed"),
     (lambda cfg: __import__("fedlib.results").results.write({"key": "abc", "history": [{"round": 1}]}, "../up"),
      "result record chapter='../up' is not allowed"),
+    (lambda cfg: __import__("fedlib.experiment").experiment.run_many([cfg], cache_dir=None),
+     "cache_dir=None is not allowed: a folder path (run_many keeps"),
+    (lambda cfg: make_config(method="fedavg", dataset="digits", fraction=0.5, participation={"fraction": 0.25}),
+     "fraction=0.5 is not allowed: given once: participation.fraction=0.25 is given too"),   # one was taken silently
+    (lambda cfg: __import__("fedlib.experiment").experiment.summarize_runs([{"key": "k", "history": []}] * 2),
+     "records=['k'] is not allowed: records of distinct runs"),   # it counted n = 2
 ]
 
 

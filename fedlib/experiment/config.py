@@ -210,6 +210,8 @@ def make_config(**kwargs) -> Config:
                   f"a field of {name}: {', '.join(f.name for f in dataclasses.fields(kind))}")
     for flat, (group, name) in FLAT_NAMES.items():
         if flat in kwargs:
+            check(name not in groups[group], flat, kwargs[flat],
+                  f"given once: {group}.{name}={groups[group].get(name)!r} is given too")
             groups[group][name] = kwargs.pop(flat)
     return Config(**kwargs, **{name: GROUPS[name](**values) for name, values in groups.items()})
 

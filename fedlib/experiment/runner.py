@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from fedlib.errors import TrainingDiverged
+from fedlib.errors import TrainingDiverged, check
 from fedlib.experiment.config import DEFAULT_CACHE, Config, validate
 from fedlib.experiment.records import (
     atomic_json,
@@ -45,8 +45,6 @@ def run(cfg: Config, cache_dir: str | os.PathLike | None = DEFAULT_CACHE, progre
 def check_run_options(cache_dir, callbacks) -> None:
     """A cache folder that is a folder's name (not "", which would write into the current folder), and callbacks
     that can be called: each refused in one line before anything runs."""
-    from fedlib.errors import check
-
     check(cache_dir is None or (isinstance(cache_dir, (str, os.PathLike)) and str(cache_dir).strip() != ""),
           "cache_dir", cache_dir, "a folder path, or None for no cache")
     check(isinstance(callbacks, (list, tuple)) and all(callable(c) for c in callbacks), "callbacks", callbacks,
@@ -141,15 +139,22 @@ def run_many(configs: list[Config], cache_dir: str | os.PathLike = DEFAULT_CACHE
     resumes from it. Returns per config its record, the exception that ended it (divergence, a failing hook),
     or None where it did not finish (``deadline``: time.time() after which no round starts; or another
     process holds its lock). ``on_record(config, record)`` is called as each run finishes."""
-    configs = [dataclasses.replace(c, executor="batched") for c in configs]
-    for cfg in configs:
+    check(isinstance(cache_dir, (str, os.PathLike)) and str(cache_dir).strip() != "", "cache_dir", cache_dir,
+          "a folder path (run_many keeps each run's record and checkpoint there)")
+    every = [dataclasses.replace(c, executor="batched") for c in configs]
+    for cfg in every:
         validate(cfg)
-    out: list = [None] * len(configs)
-    for group in lockstep_groups(configs, max_runs):
+    first = {}   # a config given twice runs once and is returned at both places (its second copy met its own lock)
+    for cfg in every:
+        first.setdefault(cfg.key(), cfg)
+    distinct = list(first.values())
+    out: list = [None] * len(distinct)
+    for group in lockstep_groups(distinct, max_runs):
         if deadline is not None and time.time() >= deadline:
             break
-        _run_group([configs[i] for i in group], group, out, cache_dir, progress, deadline, on_record)
-    return out
+        _run_group([distinct[i] for i in group], group, out, cache_dir, progress, deadline, on_record)
+    found = {cfg.key(): result for cfg, result in zip(distinct, out)}
+    return [found[cfg.key()] for cfg in every]
 
 
 def _run_group(cfgs: list[Config], positions: list[int], out: list, cache_dir, progress: bool, deadline, on_record):
@@ -236,6 +241,9 @@ SUMMARY_METRICS = ("personal_local_acc", "personal_local_f1", "global_acc", "per
 def summarize_runs(records: list[dict], metrics=SUMMARY_METRICS, last: int = 1) -> dict[str, tuple[float, float, int]]:
     """mean, std and number of seeds of each metric; per seed the metric is the last evaluated value
     (``last`` > 1: the mean of the last ``last`` evaluations)."""
+    seen = [r["key"] for r in records if r.get("key")]   # a config's key names its seed too
+    check(len(set(seen)) == len(seen), "records", sorted({k for k in seen if seen.count(k) > 1}),
+          "records of distinct runs (one run given twice would count as two seeds)")
     out = {}
     for metric in metrics:
         values = []
