@@ -159,6 +159,38 @@ def test_run_many_given_one_config_twice_trains_it_once_and_returns_it_at_both_p
     assert len(list(tmp_path.glob("*.json"))) == 1
 
 
+def test_two_runs_in_two_threads_of_one_process_give_each_seeds_own_result(monkeypatch):
+    """Every run seeds the process-wide generators before its model's initial weights are drawn: a second thread
+    seeding in between gave the first run the second seed's weights. The seeding and the draw are one step now;
+    the probe widens the window with a pause after the seeding."""
+    import threading
+    import time
+
+    from fedlib.experiment import wiring
+    from fedlib.models import build_model
+
+    def result(cfg):   # the last round's metrics, without its clock
+        return {k: v for k, v in run(cfg, cache_dir=None, progress=False)["final"].items() if k != "elapsed_s"}
+
+    cfgs = [make_config(method="fedavg", seed=seed, **{**DIGITS, "rounds": 1}) for seed in (0, 1)]
+    alone = [result(cfg) for cfg in cfgs]
+
+    def slow_build(*args, **kwargs):
+        time.sleep(0.3)   # the other thread seeds now, if it can
+        return build_model(*args, **kwargs)
+
+    monkeypatch.setattr("fedlib.models.build_model", slow_build)
+    together: list = [None, None]
+    threads = [threading.Thread(target=lambda i=i: together.__setitem__(i, result(cfgs[i]))) for i in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert together == alone
+    assert wiring.SEEDED.acquire(blocking=False)   # released after each build
+    wiring.SEEDED.release()
+
+
 def test_numpy_scalars_through_the_python_api_are_the_numbers_they_hold():
     """np.float32(0.02) is a learning rate like 0.02 (it was refused as 'not a positive number'), with the key of
     the Python number it holds."""

@@ -256,7 +256,6 @@ def test_a_chapter_missing_part_of_the_contract_is_refused_by_name(monkeypatch):
 def test_every_listed_claim_names_a_recorded_table_with_runs(chapter):
     from fedlib.studies.registry import study
     from fedlib.studies.report import claim_runs
-
     from fedlib.studies.timing import TABLE as TIMED
 
     mod = study(chapter)

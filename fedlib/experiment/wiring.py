@@ -4,12 +4,17 @@ from __future__ import annotations
 import functools
 import json
 import random
+import threading
 
 import numpy as np
 import torch
 
 from fedlib.errors import ConfigError
 from fedlib.experiment.config import DEFAULT_CACHE, Config
+
+# the process-wide generators are seeded and read (a model's initial weights) under this lock: two runs started in
+# two threads of one process each get their own seed's weights (training itself draws from per-client generators)
+SEEDED = threading.RLock()
 
 
 def seed_everything(seed: int) -> None:
@@ -96,15 +101,16 @@ def build(cfg: Config, progress: bool = False, checkpoint=None, desc: str = "", 
     from fedlib.engine.loop import Federation
     from fedlib.models import build_model
 
-    seed_everything(cfg.seed)
-    data = load_data(cfg) if data is None else data
-    fed = federate(data, cfg.num_clients, cfg.partition, cfg.seed, device=cfg.device)
-    seed_everything(cfg.seed)
-    model = build_model(cfg.model, data.input_shape, data.num_classes, cfg.dataset).to(cfg.device)
-    method = cfg.built_method() if method is None else method
-    check_allocation(method, data.num_classes, model.feature_dim,
-                     sum(p.numel() * p.element_size() for p in model.parameters()), cfg)
-    return Federation(fed, model, method, seed=cfg.seed, rounds=cfg.rounds, training=cfg.local_training(),
-                      participation=cfg.participation.schedule(), evaluation=cfg.evaluation.plan(),
-                      executor=executor or cfg.executor, executor_options={"workers": cfg.workers},
-                      checkpoint=checkpoint, progress=progress, desc=desc)
+    with SEEDED:
+        seed_everything(cfg.seed)
+        data = load_data(cfg) if data is None else data
+        fed = federate(data, cfg.num_clients, cfg.partition, cfg.seed, device=cfg.device)
+        seed_everything(cfg.seed)
+        model = build_model(cfg.model, data.input_shape, data.num_classes, cfg.dataset).to(cfg.device)
+        method = cfg.built_method() if method is None else method
+        check_allocation(method, data.num_classes, model.feature_dim,
+                         sum(p.numel() * p.element_size() for p in model.parameters()), cfg)
+        return Federation(fed, model, method, seed=cfg.seed, rounds=cfg.rounds, training=cfg.local_training(),
+                          participation=cfg.participation.schedule(), evaluation=cfg.evaluation.plan(),
+                          executor=executor or cfg.executor, executor_options={"workers": cfg.workers},
+                          checkpoint=checkpoint, progress=progress, desc=desc)
