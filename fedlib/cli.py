@@ -24,6 +24,7 @@ from fedlib.errors import (
     ClientFailed,
     ConfigError,
     DataNotFoundError,
+    LockHeld,
     NotebookFailed,
     StorageFailed,
     TrainingDiverged,
@@ -318,6 +319,9 @@ def cmd_records(args) -> int:
     check(args.deadline is None or (math.isfinite(args.deadline) and args.deadline > 0), "--deadline", args.deadline,
           "a positive number of seconds")
     configs = recording_order(study.tables(args.scale), args.seeds, args.tables, precision=args.precision)
+    from fedlib import results
+
+    check_writable_folder(results.RESULTS / args.chapter, "the committed records' folder")   # before any training
     summary = record_grid(configs, args.chapter,
                           workers=args.workers, deadline_s=args.deadline, device=runtime["device"],
                           executor=runtime["executor"], max_runs=args.max_runs, scale=args.scale)
@@ -403,7 +407,7 @@ def main(argv=None) -> int:
         check_environment()
         return COMMANDS[args.command](args)
     except (ConfigError, DataNotFoundError, TrainingDiverged, NotebookFailed, StorageFailed, ClientFailed,
-            WorkerDied) as exc:
+            WorkerDied, LockHeld) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

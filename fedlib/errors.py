@@ -37,6 +37,10 @@ class StorageFailed(RuntimeError):
     was being written, why it failed and what was kept."""
 
 
+class LockHeld(RuntimeError):
+    """Another process holds a config's lock and cannot let it go (it is stopped): the message names it."""
+
+
 class TrainingDiverged(RuntimeError):
     """A non-finite loss stopped the run; the checkpoint of the last finished round is kept."""
 

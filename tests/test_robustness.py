@@ -476,6 +476,45 @@ def test_records_refuses_bad_arguments_in_one_line(args, names, capsys, no_train
     assert len(err) == 1 and err[0].startswith("error: ") and names in err[0], err
 
 
+def test_records_into_a_folder_it_cannot_write_is_refused_before_training(tmp_path, monkeypatch, capsys, no_training):
+    """It trained every run of the table before the first write failed."""
+    from fedlib import results
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setattr(results, "RESULTS", blocker / "results")
+    assert main(["records", "fedmate", "--scale", "reference", "--tables", "table1", "--seeds", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "the committed records' folder=" in err[0] and "a folder fedlib can create" in err[0], err
+
+
+def test_a_lock_held_by_a_stopped_process_is_named_not_waited_for_forever(tmp_path):
+    """A run whose config's lock is held by a SIGSTOPped process waited forever; a holder that is running is waited
+    for, and one that is gone left no lock."""
+    import signal
+    import subprocess
+    import sys
+
+    from fedlib.errors import LockHeld
+    from fedlib.experiment.records import cache_lock
+
+    lock = tmp_path / "0123456789abcdef.lock"
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import os, signal, sys\nfrom pathlib import Path\nfrom fedlib.experiment.records import cache_lock\n"
+        f"with cache_lock(Path({str(lock)!r})):\n    print('held', flush=True)\n"
+        "    os.kill(os.getpid(), signal.SIGSTOP)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockHeld, match=rf"is held by process {holder.pid}, which is stopped: resume it"):
+            with cache_lock(lock):
+                pass
+    finally:
+        holder.send_signal(signal.SIGCONT)
+        holder.wait(timeout=60)
+    with cache_lock(lock):   # released when its holder ended
+        assert lock.read_text() == str(__import__("os").getpid())
+
+
 def test_records_of_a_grid_seed_only_queue_that_seed():
     from fedlib.studies import fedgpa
     from fedlib.studies.common import recording_order

@@ -18,7 +18,7 @@ import torch
 
 import fedlib
 from fedlib.engine.training import cpu_model, cpu_vector_unit
-from fedlib.errors import ConfigError
+from fedlib.errors import ConfigError, LockHeld
 from fedlib.experiment.config import Config
 
 
@@ -181,11 +181,47 @@ def cache_lock(path: Path):
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             print(f"fedlib: another process is running this config ({path.name}); waiting for it", file=sys.stderr)
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            wait_for_lock(handle, path, fcntl)
+        handle.truncate(0)   # the holder's process id, for a waiter to see whether it can still finish
+        handle.write(str(os.getpid()))
+        handle.flush()
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def wait_for_lock(handle, path: Path, fcntl, poll_s: float = 0.5) -> None:
+    """Wait for the lock's holder (a lock dies with its process); a holder that is stopped (SIGSTOP, Ctrl-Z) would
+    keep it forever: refused in one line naming it."""
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            holder = lock_holder(path)
+            if holder is not None and process_state(holder) in ("T", "t"):
+                raise LockHeld(f"{path} is held by process {holder}, which is stopped: resume it (kill -CONT {holder}) "
+                               "or end it, then run this again") from None
+            time.sleep(poll_s)
+
+
+def lock_holder(path: Path) -> int | None:
+    """The process id a lock's holder wrote into it (None: not written yet, or not a number)."""
+    try:
+        text = path.read_text()[:20].strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def process_state(pid: int) -> str | None:
+    """The state letter of ``/proc/<pid>/stat`` (R running, S sleeping, T stopped, ...), None where it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[0]
 
 
 def jsonable(obj):
