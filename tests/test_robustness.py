@@ -515,6 +515,20 @@ def test_a_lock_held_by_a_stopped_process_is_named_not_waited_for_forever(tmp_pa
         assert lock.read_text() == str(__import__("os").getpid())
 
 
+def test_clients_whose_models_do_not_fit_in_memory_are_refused_with_the_figures(monkeypatch, no_training):
+    """5,000 clients of the McMahan CNN passed 6 GB within seconds with no estimate: each client slot keeps a copy
+    of the model (2.2 MiB: 582,026 float32 parameters), so 5,000 need 10.8 GiB."""
+    from fedlib.experiment import build, wiring
+
+    monkeypatch.setattr(wiring, "free_memory", lambda device: 6 * 2**30)
+    cfg = make_config(method="fedavg", dataset="mnist", model="cnn_fedavg", partition={"name": "iid"},
+                      num_clients=5000, rounds=1)
+    with pytest.raises(ConfigError, match=r"num_clients=5000 is not allowed: a number of clients whose models fit in "
+                                          r"memory: 5,000 copies of a 2.2 MiB model need 10.8 GiB, cpu has 6.0 GiB"):
+        build(cfg)
+    build(dataclasses.replace(cfg, num_clients=2000))   # 4.3 GiB fits
+
+
 def test_records_of_a_grid_seed_only_queue_that_seed():
     from fedlib.studies import fedgpa
     from fedlib.studies.common import recording_order

@@ -9,7 +9,7 @@ import threading
 import numpy as np
 import torch
 
-from fedlib.errors import ConfigError
+from fedlib.errors import ConfigError, check
 from fedlib.experiment.config import DEFAULT_CACHE, Config
 
 # the process-wide generators are seeded and read (a model's initial weights) under this lock: two runs started in
@@ -81,10 +81,13 @@ def free_memory(device: str) -> int:
 def check_allocation(method, num_classes: int, feature_dim: int, model_bytes: int, cfg: Config) -> None:
     """Refuse a hyperparameter whose tensors cannot fit in the device's free memory, with the figures,
     before anything is allocated (instead of an allocator crash deep inside PyTorch)."""
-    sizes = method.allocation(num_classes, feature_dim, cfg.num_clients, model_bytes)
-    if not sizes:
-        return
     free = free_memory(cfg.device)
+    slots = cfg.num_clients * model_bytes   # every client slot keeps its own copy of the model (engine.loop)
+    check(slots <= free, "num_clients", cfg.num_clients,
+          f"a number of clients whose models fit in memory: {cfg.num_clients:,} copies of a "
+          f"{model_bytes / 2**20:,.1f} MiB model need {slots / 2**30:,.1f} GiB, {cfg.device} has "
+          f"{free / 2**30:,.1f} GiB free")
+    sizes = method.allocation(num_classes, feature_dim, cfg.num_clients, model_bytes)
     for name, need in sizes.items():
         if need > free:
             raise ConfigError(f"hyper.{name}", getattr(method.hp, name),
