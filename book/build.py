@@ -20,9 +20,12 @@ import time
 from pathlib import Path
 
 import yaml
+from nbclient.exceptions import DeadKernelError
 from tqdm import tqdm
 
-from fedlib.errors import ConfigError, NotebookFailed
+from fedlib.errors import ConfigError, NotebookFailed, StorageFailed
+from fedlib.store import atomic_write
+from fedlib.studies.registry import notebook_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,6 +151,15 @@ def check_parameters(notebook: str, name: str, conf: dict) -> None:
         if default is not None and value is not None and type(value) is not type(default) and not numeric:
             raise ConfigError(f"{notebook} [{name}] parameter {key}", value,
                               f"a {type(default).__name__} like its default {declared[key]['default']}")
+    allowed = notebook_parameters(Path(notebook).stem)
+    for key, value in (conf.get("parameters") or {}).items():
+        if key not in allowed or value is None:
+            continue
+        listed = declared[key]["default"].strip() == "None" or declared[key]["default"].strip().startswith("[")
+        values = value if isinstance(value, list) else [value]
+        if (listed and not isinstance(value, list)) or not all(v in allowed[key] for v in values):
+            raise ConfigError(f"{notebook} [{name}] parameter {key}", value,
+                              ("a list of " if listed else "one of ") + ", ".join(map(str, allowed[key])))
 
 
 def tables_at_chance(executed: Path) -> list[str]:
@@ -255,7 +267,11 @@ def execute(notebook: str, name: str, conf: dict) -> tuple[bool, float]:
     stamp = _stamp(src, params)
     if out.exists() and stamp_file.exists() and stamp_file.read_text() == stamp and src != out:
         return False, 0.0
-    out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StorageFailed(f"{notebook} [{name}]: {os.path.relpath(out.parent, ROOT)} could not be made "
+                            f"({exc.strerror}); nothing was run") from None
     started = time.time()
     env_before = os.environ.get("TQDM_DISABLE")
     os.environ["TQDM_DISABLE"] = "1"  # no progress bars inside rendered notebooks
@@ -270,6 +286,9 @@ def execute(notebook: str, name: str, conf: dict) -> tuple[bool, float]:
                 shutil.move(str(tmp_out), failed)
                 raise NotebookFailed(f"{notebook} [{name}] failed in cell {exc.exec_count}: {exc.ename}: "
                                      f"{exc.evalue}; the executed part is in {os.path.relpath(failed, ROOT)}") from None
+            except DeadKernelError:
+                raise NotebookFailed(f"{notebook} [{name}]: its kernel died (killed, or out of memory); the previous "
+                                     "page is kept: run the same command again") from None
             unexplained = tables_at_chance(tmp_out)
             if unexplained:
                 failed = out.with_name(out.stem + ".failed.ipynb")
@@ -281,7 +300,11 @@ def execute(notebook: str, name: str, conf: dict) -> tuple[bool, float]:
             if src != out:   # a page of the book (the committed ci notebooks keep papermill's cells: they are sources)
                 merge_parameters(tmp_out)
                 status_first(tmp_out)
-            shutil.move(str(tmp_out), out)  # only a finished notebook replaces the old one
+            try:   # only a finished notebook replaces the old one, and only once it is written whole
+                atomic_write(out, lambda tmp: shutil.copyfile(tmp_out, tmp))
+            except OSError as exc:
+                raise StorageFailed(f"{notebook} [{name}]: {os.path.relpath(out, ROOT)} could not be written "
+                                    f"({exc.strerror}); the previous page is kept") from None
     finally:
         if env_before is None:
             os.environ.pop("TQDM_DISABLE", None)

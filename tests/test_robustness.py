@@ -240,6 +240,49 @@ def test_hp_with_several_methods_goes_to_each_method_that_has_it(monkeypatch, ca
     assert seen == {"fedavg": {}, "fedgpa": {"mu": 0.3}, "fedprox": {"mu": 0.3}}
 
 
+def _page(folder, code: str):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("scale = 'ci'", metadata={"tags": ["parameters"]}),
+                                         nbformat.v4.new_code_cell(code)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(folder / "page.ipynb"))
+
+
+@pytest.mark.parametrize("code, fault, says", [
+    ("import os\nos._exit(1)", None, "its kernel died (killed, or out of memory); the previous page is kept"),
+    ("print(1)", "disk", "out.ipynb could not be written (No space left on device); the previous page is kept"),
+])
+def test_a_dead_kernel_or_a_full_disk_is_one_line_and_the_previous_page_is_kept(code, fault, says, tmp_path,
+                                                                               monkeypatch):
+    """A kernel killed mid-notebook was a DeadKernelError traceback; a full disk while the page was written left
+    it truncated."""
+    import errno
+    import shutil
+
+    from fedlib.errors import NotebookFailed, StorageFailed
+
+    build = book_builder()
+    monkeypatch.setattr(build, "ROOT", tmp_path)
+    _page(tmp_path, code)
+    (tmp_path / "out.ipynb").write_text("the previous page")
+    if fault == "disk":
+        real = shutil.copyfile
+
+        def half_then_full(src, dst, **kw):
+            if str(dst).endswith(".tmp"):
+                open(dst, "w").write("{ half a page")
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return real(src, dst, **kw)
+
+        monkeypatch.setattr(shutil, "copyfile", half_then_full)
+    with pytest.raises(NotebookFailed if fault is None else StorageFailed) as err:
+        build.execute("page.ipynb", "x", {"output": "out.ipynb", "parameters": {"scale": "ci"}})
+    assert says in str(err.value) and "\n" not in str(err.value)
+    assert (tmp_path / "out.ipynb").read_text() == "the previous page"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.ipynb", "page.ipynb"]
+
+
 def test_a_typo_in_a_notebook_parameter_names_the_notebook_and_the_parameter(tmp_path):
     from pathlib import Path
 
@@ -647,6 +690,22 @@ BOOK_BAD = [
     ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
      "      x: {output: notebooks/fedpcl.ipynb}\n  - notebook: notebooks/fedpcl.ipynb\n    configurations:\n"
      "      y: {output: o.ipynb}\n", "not another chapter's notebook"),
+    # issue 67: papermill parameters of an allowed type but not an allowed value ran (at the default, or with s = 80's
+    # paper column beside s = 0), or failed deep in a cell
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+     "      x: {output: o.ipynb, parameters: {scale: nonsense}}\n",
+     "parameter scale='nonsense' is not allowed: one of ci, book, reference, paper"),
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+     "      x: {output: o.ipynb, parameters: {s_values: [0, 20.5]}}\n",
+     "parameter s_values=[0, 20.5] is not allowed: a list of 20, 80"),
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+     "      x: {output: o.ipynb, parameters: {methods: fedavg}}\n",
+     "parameter methods='fedavg' is not allowed: a list"),
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+     "      x: {output: o.ipynb, parameters: {settings: [7]}}\n",
+     "parameter settings=[7] is not allowed: a list of 1, 2"),
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedmate.ipynb\n    configurations:\n"
+     "      x: {output: o.ipynb, parameters: {executor: threads}}\n", "parameter executor='threads' is not allowed"),
 ]
 
 

@@ -53,6 +53,7 @@ METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "scaffold", "fedper", "lg_
            "fedgpa"]
 LABELS = method_labels(METHODS)
 
+PAPER_S = (20, 80)   # the shares s (%) of dominant-class samples of Tables 3-5; PAPER's pairs follow this order
 # setting -> method -> (s=20, s=80)
 PAPER = {
     1: {"local": (82.86, 77.31), "fedavg": (86.71, 88.05), "fedavg_ft": (88.65, 87.0), "fedprox": (88.05, 86.51),
@@ -65,6 +66,13 @@ PAPER = {
         "scaffold": (89.68, 88.01), "fedper": (86.93, 84.98), "lg_fedavg": (86.07, 82.13), "fedbabu": (90.0, 88.64),
         "fedpac": (90.70, 88.83), "fedgpa": (91.37, 89.96)},
 }
+
+
+def paper_accuracy(setting: int, method: str, s: int) -> float:
+    """Tables 3-5: the method's accuracy (%) in the setting at the share s (20 or 80; another share has none)."""
+    return PAPER[setting][method][PAPER_S.index(s)]
+
+
 # Table 3, FMNIST row (Setting 1, s = 20): cumulative modules
 ABLATION = {"None": ({"lga": False, "gpa_c": False, "gpa_f": False}, 86.71),
             "+ LGA": ({"lga": True, "gpa_c": False, "gpa_f": False}, 88.54),
@@ -195,12 +203,15 @@ def paper_gap(plus, minus, cells=None) -> float:
     """The smallest difference the paper's FMNIST tables report between the best of ``plus`` and the best of
     ``minus`` over ``cells`` ((setting, s); default all six)."""
     cells = cells or [(st, s) for st in SETTINGS for s in (20, 80)]
-    return round(min(max(PAPER[st][m][s == 80] for m in plus) - max(PAPER[st][m][s == 80] for m in minus)
+    return round(min(max(paper_accuracy(st, m, s) for m in plus) - max(paper_accuracy(st, m, s) for m in minus)
                      for st, s in cells), 2)
 
 
 TABLE_OF_SETTING = {1: 2, 2: 4, 3: 5}   # the paper's table for each setting (FMNIST columns)
 SETTINGS = tuple(TABLE_OF_SETTING)      # Settings 1-3 of Section 5.1.2
+# what the notebook's own parameters may hold (lists of): checked before any cell runs; other shares of s are the
+# s sweep's (Fig. 5), where the paper gives no table
+NOTEBOOK_PARAMETERS = {"settings": SETTINGS, "s_values": PAPER_S, "methods": tuple(METHODS)}
 MU_SWEEP = [0.0, 0.25, 0.5, 0.75, 1.0]
 CLAIMS = (
     Claim("best", "FedGPA has the highest accuracy of all methods in every setting and s (Tables 2, 4, 5)",
@@ -242,7 +253,7 @@ CLAIMS = (
           "like FedBABU and FedPAC", "Section 5.2.1",
           (each_above("comparison", NEWER_PFL, OLDER_PFL, METRIC, slot=0, names=CELL_NAMES),),
           "FMNIST Setting 1, s = 20: 86.35 / 83.08 vs 88.83 / 89.66",
-          round(min(min(PAPER[st][m][s == 80] for m in NEWER_PFL) - max(PAPER[st][m][s == 80] for m in OLDER_PFL)
+          round(min(min(paper_accuracy(st, m, s) for m in NEWER_PFL) - max(paper_accuracy(st, m, s) for m in OLDER_PFL)
                     for st in SETTINGS for s in (20, 80)), 2), 1.0,
           "'perform poorly': a gap under a point would not be called poor (the paper's gaps are 2.5-6 points)",
           reading="each of FedBABU and FedPAC above each of FedPer and LG-FedAvg in every cell (24 comparisons)"),
@@ -418,7 +429,7 @@ def comparison(settings, s_values, methods, scale: str, store: str | None = None
 def comparison_rows(runs: dict, scale: str) -> list[dict]:
     """One row per (setting, s, method): ours (mean ± std over seeds) beside the paper."""
     return [{"setting": st, "s": s, "method": LABELS[m], f"ours ({scale})": fmt(mean_std(recs)),
-             "paper": PAPER[st][m][0 if s == 20 else 1]} for (m, st, s), recs in runs.items()]
+             "paper": paper_accuracy(st, m, s)} for (m, st, s), recs in runs.items()]
 
 
 def setting_table(rows: list[dict], runs: dict, setting: int, methods, scale: str):
@@ -458,7 +469,7 @@ def plot_against_paper(runs: dict, settings, s_values, methods, scale: str):
     for ax, st in zip(axes, settings):
         for s, marker in zip(s_values, "os"):
             ours = [100 * mean_std(runs[(m, st, s)])[0] for m in methods]
-            paper = [PAPER[st][m][0 if s == 20 else 1] for m in methods]
+            paper = [paper_accuracy(st, m, s) for m in methods]
             ax.scatter(paper, ours, marker=marker, label=f"s = {s}")
             for m, x, y in zip(methods, paper, ours):
                 ax.annotate(LABELS[m], (x, y), fontsize=6, alpha=0.7)
@@ -760,7 +771,7 @@ def recorded_rows(stored: dict, scale: str = "paper") -> list[dict]:
     difference to the paper only at paper scale (a shorter budget is not the paper's experiment)."""
     rows = []
     for (m, st, s), cell in stored.items():
-        paper = PAPER[st][m][0 if s == 20 else 1]
+        paper = paper_accuracy(st, m, s)
         ms = mean_std(cell["records"]) if cell["records"] else None
         row = {"setting": st, "s": s, "method": LABELS[m], f"ours ({scale} scale)": fmt(ms) if ms else "-",
                "seeds": len(cell["records"]), "paper": paper}
@@ -788,7 +799,7 @@ def paper_scale_gaps(stored: dict, within: float = 2.0) -> list[str]:
             continue
         done += 1
         mean, std, n = mean_std(cell["records"])
-        diff = 100 * mean - PAPER[st][m][0 if s == 20 else 1]
+        diff = 100 * mean - paper_accuracy(st, m, s)
         if abs(diff) > max(within, 100 * std):
             spread = f"std {100 * std:.2f} over {n} seeds" if n > 1 else "1 seed"
             gaps.append(f"  Setting {st}, s={s}, {LABELS[m]}: {diff:+.2f} ({spread}): {gap_note(m, cell['records'])}")
@@ -802,7 +813,7 @@ def plot_paper_scale(stored: dict):
 
     fig, ax = plt.subplots(figsize=(5.2, 4.6))
     for (st, s), marker in zip([(st, s) for st in SETTINGS for s in (20, 80)], "os^vD<"):
-        pts = [(PAPER[st][m][0 if s == 20 else 1], 100 * mean_std(stored[(m, st, s)]["records"])[0])
+        pts = [(paper_accuracy(st, m, s), 100 * mean_std(stored[(m, st, s)]["records"])[0])
                for m in METHODS if stored[(m, st, s)]["records"]]
         if pts:
             ax.scatter(*zip(*pts), marker=marker, label=f"Setting {st}, s={s}")

@@ -36,7 +36,7 @@ CONTRACT = {
 # headline_rows(runs, scale) or recorded_tables(runs, scale) (the tables show_recorded builds from committed records),
 # REFERENCE_REASONS (why its reference scale differs from the paper's protocol beyond the rounds and epochs),
 # CONVERGENCE_METRIC (the metric its reference budget's convergence check reads),
-# TUNING (its book-scale learning rate)
+# TUNING (its book-scale learning rate), NOTEBOOK_PARAMETERS (what its notebook's own list parameters may hold)
 BUILTIN = ("fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc", "compare")   # the book's chapters, in its order
 
 
@@ -401,3 +401,14 @@ def study(name: str) -> Chapter:
 def tunable() -> list[str]:
     """The chapters whose study declares a ``TUNING`` reference run (``python -m fedlib tune``)."""
     return [name for name, c in chapters().items() if hasattr(c.study, "TUNING")]
+
+
+def notebook_parameters(notebook: str) -> dict[str, tuple]:
+    """What each parameter of a book notebook (its file's stem) may hold, checked before any cell runs: one scale and
+    one executor for every notebook, and for a chapter's notebook the values its own list parameters may list
+    (``NOTEBOOK_PARAMETERS``)."""
+    from fedlib.engine.executors import EXECUTORS
+    from fedlib.experiment.config import SCALES
+
+    own = getattr(chapters()[notebook].study, "NOTEBOOK_PARAMETERS", {}) if notebook in chapters() else {}
+    return {"scale": SCALES, "executor": ("auto", *EXECUTORS), **own}   # auto: grid.set_runtime's choice
