@@ -144,7 +144,8 @@ def run_many(configs: list[Config], cache_dir: str | os.PathLike = DEFAULT_CACHE
     every = [dataclasses.replace(c, executor="batched") for c in configs]
     for cfg in every:
         validate(cfg)
-    first: dict[str, Config] = {}   # a config given twice runs once and is returned at both places (its second copy met its own lock)
+    # a config given twice runs once and is returned at both places (its second copy met its own lock)
+    first: dict[str, Config] = {}
     for cfg in every:
         first.setdefault(cfg.key(), cfg)
     distinct = list(first.values())
