@@ -795,6 +795,35 @@ def test_a_killed_worker_process_is_one_line_and_the_next_run_starts_afresh(caps
     assert main(args) == 0   # a fresh pool
 
 
+@pytest.mark.slow
+def test_a_stopped_worker_process_is_one_line_and_the_next_run_starts_afresh(capsys):
+    """A SIGSTOPped worker of the process executor left the run waiting forever."""
+    import os
+    import signal
+    import threading
+    import time
+
+    from fedlib.engine.workers import POOLS
+
+    args = [*BASE, "--cache", "none", "--executor", "process", "--workers", "2", "--set", "rounds=50"]
+    stopped = []
+
+    def stop_a_worker():   # once the run's pool is working
+        while "clients" not in POOLS.pools or not POOLS.pools["clients"][1]._processes:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        stopped.append(next(iter(POOLS.pools["clients"][1]._processes.values())).pid)
+        os.kill(stopped[0], signal.SIGSTOP)
+
+    threading.Thread(target=stop_a_worker, daemon=True).start()
+    started = time.time()
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"worker process {stopped[0]} of the 'process' executor was stopped" in err[0], err
+    assert time.time() - started < 60 and "clients" not in POOLS.pools
+    assert main([*args[:-1], "rounds=1"]) == 0   # a fresh pool
+
+
 def test_every_fedlib_error_crosses_a_process_boundary_with_its_message():
     import pickle
 

@@ -23,7 +23,7 @@ from fedlib.engine.batched import BatchedTrainer
 from fedlib.engine.client import ClientResult, ClientTask, Setup, begin, finish, local_update
 from fedlib.engine.core import ClientContext
 from fedlib.engine.training import Trainer, diverged
-from fedlib.engine.workers import POOLS, bounded_workers, collecting, start_pool, worker_process_setup
+from fedlib.engine.workers import POOLS, bounded_workers, collecting, completed, start_pool, worker_process_setup
 from fedlib.errors import ConfigError, TrainingDiverged
 
 EXECUTORS = ("sequential", "process", "batched")
@@ -220,8 +220,9 @@ class ProcessExecutor:
         with collecting(futures, "clients", "'process' executor"):
             futures += [pool.submit(_run_chunk, pickle.dumps((self.setup, method, [tasks[i] for i in chunk]),
                                                              protocol=pickle.HIGHEST_PROTOCOL)) for chunk in chunks]
-            for chunk, future in zip(chunks, futures):
-                for i, res in zip(chunk, pickle.loads(future.result())):
+            chunk_of = dict(zip(futures, chunks))
+            for future in completed(futures, "clients", "'process' executor"):
+                for i, res in zip(chunk_of[future], pickle.loads(future.result())):
                     results[i] = res
         return results
 

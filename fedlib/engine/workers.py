@@ -117,6 +117,36 @@ def worker_died(what: str) -> WorkerDied:
                       "worker (--workers 1, or --executor sequential) to see the error")
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of ``/proc/<pid>/stat`` (R running, S sleeping, T stopped, ...), None where it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[-1].split()[0]
+
+
+def completed(futures, purpose: str, what: str, poll_s: float = 2.0):
+    """The ``futures`` of the cached pool ``purpose`` as they finish. A worker that is stopped (SIGSTOP, Ctrl-Z in
+    its terminal) would keep the wait going forever: the pool is dropped with its processes killed, and the wait
+    ends in one line naming the process."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, timeout=poll_s, return_when=FIRST_COMPLETED)
+        yield from done
+        if not done and purpose in POOLS.pools:
+            pool = POOLS.pools[purpose][1]
+            stopped = [p.pid for p in list((getattr(pool, "_processes", None) or {}).values())
+                       if process_state(p.pid) in ("T", "t")]
+            if stopped:
+                POOLS.shutdown(purpose, kill=True)
+                raise WorkerDied(f"worker process {stopped[0]} of the {what} was stopped (SIGSTOP or Ctrl-Z), so "
+                                 "the run could not go on; its pool is ended: run the same command again to resume")
+
+
 @contextlib.contextmanager
 def collecting(futures, purpose: str, what: str):
     """Around the wait for ``futures`` of the cached pool ``purpose``: a dead worker drops the pool and raises
@@ -155,10 +185,10 @@ class PoolCache:
             self.pools[purpose] = (key, make(), keep)
         return self.pools[purpose][1]
 
-    def shutdown(self, purpose: str | None = None) -> None:
+    def shutdown(self, purpose: str | None = None, kill: bool = False) -> None:
         for name in [purpose] if purpose is not None else list(self.pools):
             if name in self.pools:
-                self.pools.pop(name)[1].shutdown(wait=True, cancel_futures=True)
+                stop_pool(self.pools.pop(name)[1], kill=kill)
 
 
 POOLS = PoolCache()

@@ -18,6 +18,7 @@ import torch
 
 import fedlib
 from fedlib.engine.training import cpu_model, cpu_vector_unit
+from fedlib.engine.workers import process_state
 from fedlib.errors import ConfigError, LockHeld
 from fedlib.experiment.config import Config
 
@@ -214,14 +215,6 @@ def lock_holder(path: Path) -> int | None:
         return None
     return int(text) if text.isdigit() else None
 
-
-def process_state(pid: int) -> str | None:
-    """The state letter of ``/proc/<pid>/stat`` (R running, S sleeping, T stopped, ...), None where it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[-1].split()[0]
 
 
 def jsonable(obj):

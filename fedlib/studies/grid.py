@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterator, Mapping
 from concurrent.futures.process import BrokenProcessPool
 
-from fedlib.engine.workers import POOLS, collecting, worker_died
+from fedlib.engine.workers import POOLS, collecting, completed, worker_died
 from fedlib.errors import check
 from fedlib.experiment import Config, read_cached_record, run
 
@@ -92,7 +92,6 @@ def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, st
     spread over ``workers`` single-threaded processes (default: one per CPU core on the CPU, none on a
     GPU). ``store``: also write each record to ``results/<store>/`` (the paper-scale records the book
     shows); ``keep_diverged``: see ``_run_one``."""
-    from concurrent.futures import as_completed
     from pathlib import Path
 
     from tqdm import tqdm
@@ -119,7 +118,7 @@ def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, st
         pool = _run_pool(workers)
         futures = {pool.submit(_run_one, configs[idx[0]], kwargs, keep_diverged): idx for idx in pending.values()}
         with collecting(futures, "runs", "runs (--workers)"):
-            for future in as_completed(futures):
+            for future in completed(futures, "runs", "runs (--workers)"):
                 for i in futures[future]:
                     out[i] = future.result()
                 bar.update(len(futures[future]))
