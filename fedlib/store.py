@@ -52,11 +52,18 @@ def atomic_save(obj, path: Path) -> None:
     atomic_write(path, lambda tmp: save_tree(obj, tmp))
 
 
+def irregular(path: Path) -> bool:
+    """``path`` exists and is not a regular file: a folder, a FIFO (opening it waits forever), a device (reading
+    /dev/zero never ends) or a link; never opened."""
+    path = Path(path)
+    return path.is_symlink() or (path.exists() and not path.is_file())
+
+
 def set_aside(path: Path) -> Path:
     """Rename an unreadable cache entry to ``<name>.corrupt-<time>`` (kept for inspection)."""
     path = Path(path)
     target = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}")
-    if path.exists():
+    if path.exists() or path.is_symlink():
         os.replace(path, target)
     return target
 

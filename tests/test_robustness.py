@@ -824,6 +824,22 @@ def test_a_stopped_worker_process_is_one_line_and_the_next_run_starts_afresh(cap
     assert main([*args[:-1], "rounds=1"]) == 0   # a fresh pool
 
 
+@pytest.mark.parametrize("suffix", [".lock", ".json"])
+@pytest.mark.parametrize("kind", ["fifo", "folder", "link to /dev/zero"])
+def test_a_cache_entry_that_is_not_a_regular_file_is_moved_aside_unopened(kind, suffix, tmp_path, capsys):
+    """A FIFO hung the open, a folder was a traceback, a link to /dev/zero read forever; each is named, moved aside
+    without being opened, and the run goes on (a record is recomputed)."""
+    import os
+
+    cfg = make_config(method="fedavg", **{**DIGITS, "rounds": 1})
+    entry = tmp_path / f"{cfg.key()}{suffix}"
+    {"fifo": os.mkfifo, "folder": os.mkdir, "link to /dev/zero": lambda p: os.symlink("/dev/zero", p)}[kind](entry)
+    record = run(cfg, cache_dir=tmp_path, progress=False)
+    assert len(record["history"]) == 1 and entry.is_file() and not entry.is_symlink()
+    assert "is not a regular file" in capsys.readouterr().err
+    assert len(list(tmp_path.glob(f"*{suffix}.corrupt-*"))) == 1
+
+
 def test_every_fedlib_error_crosses_a_process_boundary_with_its_message():
     import pickle
 

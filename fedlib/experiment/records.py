@@ -148,8 +148,13 @@ def confusion_problem(record: dict) -> str | None:
 def read_cached_record(path: Path) -> dict | None:
     """A cached record, or None when there is none; an unreadable one (empty, truncated, not a record) is
     named, moved aside and None is returned, so the run recomputes it."""
-    from fedlib.store import set_aside
+    from fedlib.store import irregular, set_aside
 
+    if irregular(path):
+        moved = set_aside(path)
+        print(f"fedlib: cached record {path} is not a regular file (a folder, a pipe, a device or a link); moved to "
+              f"{moved.name} unopened; recomputing", file=sys.stderr)
+        return None
     if not path.exists():
         return None
     try:
@@ -172,7 +177,7 @@ def cache_lock(path: Path):
 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle = open(path, "a")
+        handle = open(lock_file(path), "a")
     except OSError as exc:
         raise ConfigError(
             "cache_dir", str(path.parent), f"a folder fedlib can create and write ({exc.strerror})"
@@ -246,11 +251,22 @@ def record_of(cfg: Config, fed, started: float) -> dict:
     }
 
 
+def lock_file(path: Path) -> Path:
+    """A lock file fedlib can open: one that is not a regular file (a FIFO would block the open, a link to a device
+    fail it) is named and moved aside, never opened; no fedlib process can hold such a file."""
+    from fedlib.store import irregular, set_aside
+
+    if irregular(path):
+        moved = set_aside(path)
+        print(f"fedlib: lock {path} is not a regular file; moved to {moved.name} unopened", file=sys.stderr)
+    return path
+
+
 @contextlib.contextmanager
 def lock_or_none(path: Path, fcntl):
     """The config's cache lock if it is free now, else None (another process holds it)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
+    with open(lock_file(path), "a") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
