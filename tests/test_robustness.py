@@ -840,6 +840,18 @@ def test_a_cache_entry_that_is_not_a_regular_file_is_moved_aside_unopened(kind, 
     assert len(list(tmp_path.glob(f"*{suffix}.corrupt-*"))) == 1
 
 
+def test_a_cached_record_copied_under_another_configurations_name_is_not_served(tmp_path, capsys):
+    """Seed 1's record copied to seed 0's cache name was served as seed 0's result."""
+    import shutil
+
+    seed0, seed1 = (make_config(method="fedavg", seed=s, **{**DIGITS, "rounds": 1}) for s in (0, 1))
+    first = run(seed1, cache_dir=tmp_path, progress=False)
+    shutil.copy(tmp_path / f"{seed1.key()}.json", tmp_path / f"{seed0.key()}.json")
+    record = run(seed0, cache_dir=tmp_path, progress=False)
+    assert record["seed"] == 0 and record["key"] == seed0.key() and first["seed"] == 1
+    assert f"it is the record of another configuration (key {seed1.key()})" in capsys.readouterr().err
+
+
 def test_every_fedlib_error_crosses_a_process_boundary_with_its_message():
     import pickle
 

@@ -161,6 +161,8 @@ def read_cached_record(path: Path) -> dict | None:
         record = json.loads(path.read_text())
         if (problem := record_problem(record)) is not None:
             raise ValueError(f"it is not a finished run's record: {problem}")
+        if record["key"] != path.stem:   # copied under another configuration's name: never served for it
+            raise ValueError(f"it is the record of another configuration (key {record['key']})")
         return record
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         moved = set_aside(path)
