@@ -852,6 +852,17 @@ def test_a_cached_record_copied_under_another_configurations_name_is_not_served(
     assert f"it is the record of another configuration (key {seed1.key()})" in capsys.readouterr().err
 
 
+def test_a_worker_that_dies_as_its_pool_starts_is_one_line():
+    """A worker killed while a pool (re)started was a RuntimeError traceback on the command line."""
+    import os
+
+    from fedlib.engine.workers import start_pool
+    from fedlib.errors import WorkerDied
+
+    with pytest.raises(WorkerDied, match="could not start the test pool: a worker process died as it started"):
+        start_pool(2, os._exit, (1,), what="test pool")
+
+
 def test_every_fedlib_error_crosses_a_process_boundary_with_its_message():
     import pickle
 

@@ -106,8 +106,9 @@ def start_pool(workers: int, initializer: Callable, initargs: tuple = (), hide_m
                 f.result()
         except BrokenProcessPool as exc:
             pool.shutdown(wait=False, cancel_futures=True)
-            raise RuntimeError(f"could not start the {what}; a script that defines its own method must run "
-                               "under `if __name__ == '__main__':`") from exc
+            raise WorkerDied(f"could not start the {what}: a worker process died as it started (killed, out of "
+                             "memory, or a script that defines its own method and does not run under "
+                             "`if __name__ == '__main__':`)") from exc
     return pool
 
 
