@@ -73,6 +73,27 @@ def test_the_side_by_side_table_pairs_by_seed_and_ranks_with_ties():
         "global model, balanced test (%)"] == "-"
 
 
+def test_the_pages_answer_names_the_methods_level_at_the_top_and_the_papers_among_them():
+    """The table above's runs: FedGPA and FedAvg share rank 1 (FedAvg's interval to FedGPA contains 0), Local is
+    clearly below FedGPA; the MNIST check keeps FedGPA at rank 1 when it beats nothing clearly there."""
+    a, b, c = [80.0, 82.0, 84.0], [80.0, 78.0, 85.0], [75.0, 77.5, 78.5]
+    runs = {("dirichlet", "fedgpa"): [record(s, v) for s, v in enumerate(a)],
+            ("dirichlet", "fedavg"): [record(s, v) for s, v in enumerate(b)],
+            ("dirichlet", "local"): [record(s, v) for s, v in enumerate(c)]}
+    lines = compare.answer_lines(runs)
+    assert lines == [f"**{compare.PARTITION_LABELS['dirichlet']}**: 2 of 3 methods are level at the top (no other "
+                     "method above them with a paired 95% interval over 3 seeds): FedGPA 82.00%, FedAvg 81.00%. Of "
+                     "the five papers' methods, FedGPA is among them."]
+    ranked = compare.ranking(runs, "dirichlet")
+    assert {m: p.rank for m, p in ranked.items()} == {"fedavg": 1, "fedgpa": 1, "local": 2}
+    check = {(compare.CHECK_PARTITION, m): [record(s, v) for s, v in enumerate(vals)]
+             for m, vals in (("fedgpa", a), ("fedavg", c))}
+    dominant = {(compare.CHECK_PARTITION, m): v for (_, m), v in runs.items()}
+    assert compare.answer_lines(dominant, check)[-1] == (
+        f"On MNIST, {compare.PARTITION_LABELS[compare.CHECK_PARTITION]}: FMNIST's best, FedGPA, is still level at "
+        "the top (rank 1 of 2).")
+
+
 @pytest.mark.parametrize("papers_ahead", [True, False])
 def test_the_books_hypotheses_compare_the_best_paper_method_with_the_best_baseline(papers_ahead):
     shift = 3.0 if papers_ahead else -3.0

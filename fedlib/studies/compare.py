@@ -29,6 +29,7 @@ methods that have one. No best-round picking.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -39,6 +40,7 @@ from fedlib.studies.common import RUNTIME, method_labels, with_seeds
 from fedlib.studies.grid import Scales, stored_grid, with_diverged
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import fmt, local, per_seed
+from fedlib.studies.verdicts import listed, verdict_of
 
 METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "fedproto", "ditto", "fedrep", "fedpac",
            "fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc"]
@@ -296,20 +298,13 @@ def side_by_side(runs: dict, kind: str) -> list[dict]:
     best method (mean and 95% t-interval over seeds), and a rank with ties: 1 + the number of methods that beat it
     with a paired interval above 0 (methods no other one beats clearly share rank 1; one seed decides no rank);
     the global model on the balanced test beside, for methods that have one."""
-    from fedlib.studies.verdicts import verdict_of
-
-    scores = {m: per_seed(runs[(kind, m)]) for m in METHODS if runs.get((kind, m))}
-    if not scores:
+    ranked = ranking(runs, kind)
+    if not ranked:
         return []
-    means = {m: float(np.mean(list(s.values()))) for m, s in scores.items()}
-    best = max(means, key=means.__getitem__)
-
-    def paired(a: str, b: str):   # a - b per seed
-        return verdict_of({seed: v - scores[b][seed] for seed, v in scores[a].items() if seed in scores[b]})
-
+    best = max(ranked, key=lambda m: ranked[m].mean)
     rows = []
-    for m in scores:
-        to_best = paired(m, best) if m != best else None
+    for m, place in ranked.items():
+        to_best = paired_margin(runs, kind, m, best) if m != best else None
         glob = per_seed(runs[(kind, m)], "global_acc")
         diverged = sum("diverged" in r for r in runs[(kind, m)])   # seeds whose loss became nan: not averaged
         rows.append({
@@ -319,11 +314,76 @@ def side_by_side(runs: dict, kind: str) -> list[dict]:
             "difference to the best": "-" if to_best is None else f"{to_best.mean:+.2f}",
             "95% CI": "-" if to_best is None or to_best.interval is None else
             f"[{to_best.interval[0]:+.2f}, {to_best.interval[1]:+.2f}]",
-            "rank": 1 + sum(1 for other in scores if other != m and paired(other, m).outcome == "holds"),
+            "rank": place.rank,
             "global model, balanced test (%)": f"{np.mean(list(glob.values())):.2f}" if glob else "-",
         })
-    order = sorted(range(len(rows)), key=lambda i: (rows[i]["rank"], -means[list(scores)[i]]))
+    order = sorted(range(len(rows)), key=lambda i: (rows[i]["rank"], -list(ranked.values())[i].mean))
     return [rows[i] for i in order]
+
+
+@dataclass(frozen=True)
+class Place:
+    """A method's place in one partition's comparison: its mean over seeds (%), the seeds, and its rank with ties
+    (1 + the number of methods whose paired interval over the seeds lies above it)."""
+    mean: float
+    seeds: int
+    rank: int
+
+
+def paired_margin(runs: dict, kind: str, a: str, b: str):
+    """Method ``a`` - method ``b`` per seed under partition ``kind`` (personalized accuracy, points), decided."""
+    first, second = per_seed(runs[(kind, a)]), per_seed(runs[(kind, b)])
+    return verdict_of({seed: v - second[seed] for seed, v in first.items() if seed in second})
+
+
+def ranking(runs: dict, kind: str) -> dict[str, Place]:
+    """{method: Place} for the methods with runs under partition ``kind`` (one seed decides no rank)."""
+    scores = {m: per_seed(runs[(kind, m)]) for m in METHODS if runs.get((kind, m))}
+    return {m: Place(float(np.mean(list(s.values()))), len(s),
+                     1 + sum(1 for other in scores if other != m
+                             and paired_margin(runs, kind, other, m).outcome == "holds"))
+            for m, s in scores.items()}
+
+
+def recorded_answer(scale: str = "reference") -> list[str]:
+    """``answer_lines`` from the committed records of ``scale`` (the comparison and the MNIST check), [] before the
+    comparison is recorded."""
+    recorded = {table: with_diverged(stored_grid("compare", grid)) for table, grid in tables(scale).items()
+                if table in ("comparison", "mnist_check")}
+    return answer_lines(recorded["comparison"], recorded.get("mnist_check")) if any(
+        recorded["comparison"].values()) else []
+
+
+def answer_lines(runs: dict, check_runs: dict | None = None) -> list[str]:
+    """The page's answer to "which method should I use?", one sentence per kind of skew from the comparison's runs:
+    the methods no other one beats with a paired interval above 0 (rank 1), best mean first, and which of the five
+    papers' methods are among them; then whether the MNIST check keeps the best (``check_runs``)."""
+    lines = []
+    for kind in PARTITIONS:
+        ranked = ranking(runs, kind)
+        if not ranked:
+            continue
+        top = sorted((m for m, p in ranked.items() if p.rank == 1), key=lambda m: -ranked[m].mean)
+        fewest, most = min(p.seeds for p in ranked.values()), max(p.seeds for p in ranked.values())
+        seeds = f"{fewest}" if fewest == most else f"{fewest}-{most}"
+        papers = listed([LABELS[m] for m in top if m in PAPERS])
+        level = ("no method is clearly below another" if len(top) == len(ranked) else
+                 f"{len(top)} of {len(ranked)} methods are level at the top")
+        lines.append(
+            f"**{PARTITION_LABELS[kind]}**: {level} (no other method above them with a paired 95% interval over "
+            f"{seeds} seed{'s' if most > 1 else ''}): "
+            + ", ".join(f"{LABELS[m]} {ranked[m].mean:.2f}%" for m in top) + ". "
+            + (f"Of the five papers' methods, {papers} {'are' if ' and ' in papers else 'is'} among them."
+               if papers else "None of the five papers' methods is among them."))
+    if check_runs:
+        fmnist, mnist = ranking(runs, CHECK_PARTITION), ranking(check_runs, CHECK_PARTITION)
+        if fmnist and mnist:
+            first = max(fmnist, key=lambda m: fmnist[m].mean)
+            if first in mnist:
+                lines.append(f"On MNIST, {PARTITION_LABELS[CHECK_PARTITION]}: FMNIST's best, {LABELS[first]}, "
+                             f"{'is still' if mnist[first].rank == 1 else 'is no longer'} level at the top "
+                             f"(rank {mnist[first].rank} of {len(mnist)}).")
+    return lines
 
 
 def check_lines(runs: dict, check_runs: dict) -> list[str]:
