@@ -98,6 +98,14 @@ class Chapter:
         save_summary(self.name, scale, headline=(f"{self.title}: the headline table", rows), records=records,
                      test_set=self.test_sets(scale))
 
+    def headline_scale(self) -> str:
+        """The longest recorded budget of the headline table: paper scale once it has a current record, else
+        reference."""
+        from fedlib.studies.grid import stored_grid
+
+        paper = stored_grid(self.name, self.headline_grid("paper"))
+        return "paper" if any(cell.get("records") for cell in paper.values()) else "reference"
+
     def show_paper_scale(self, what: str = "the headline table") -> list[dict]:
         return self.show_recorded("paper", what)
 
