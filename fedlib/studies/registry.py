@@ -292,9 +292,9 @@ class Chapter:
                     f"{sum(client_sizes(c)):,} training images, batch {c.batch_size}")
 
         if budget(cfg) == budget(full):
-            return f"each run has a paper-scale run's budget ({cfg.method}: {budget(cfg)})"
+            return f"each run has a paper-scale run's budget ({budget(cfg)})"
         return (f"each run makes {100 * training_steps(cfg) / training_steps(full):.1f}% of a paper-scale run's "
-                f"training steps ({cfg.method}: {budget(cfg)}; paper scale: {budget(full)})")
+                f"training steps ({scale} scale: {budget(cfg)}; paper scale: {budget(full)})")
 
     def status_html(self, scale: str) -> str:
         """The box at the top of the chapter: what the committed records find (each claim's outcome, linked to the
