@@ -307,6 +307,10 @@ class Chapter:
 
         share = {"reference": self.training_share("reference")}
         coverage = {s: self.coverage(s) for s in RECORDED_SCALES}
+        same = self.study.tables("reference") == self.study.tables("paper")   # one set of runs, counted once
+        if same:
+            coverage = {"paper": coverage["paper"]}
+            share = {"paper": "the reference scale is the paper's own protocol and budget: the same runs"}
         parts = [f"{s.capitalize()} scale: {html.escape(coverage_text(cov))}"
                  + (f"; {html.escape(share[s])}" if share.get(s) else "")
                  + (" (complete)" if cov["current"] + cov["diverged"] == cov["total"] else
