@@ -69,3 +69,18 @@ def test_every_registered_chapter_is_executed_by_the_manifest_and_listed_in_the_
         assert set(pages[name]) >= {"ci", "book", "paper"}, name
         assert pages[name]["book"]["output"] == f"book/chapters/{name}.ipynb" and f"chapters/{name}" in toc, name
     assert [f for f in toc if f.removeprefix("chapters/") in book] == [f"chapters/{n}" for n in book]
+
+
+def test_the_glossary_defines_every_scale_and_every_outcome_the_book_prints():
+    """The words of the status boxes, verdict boxes and the overview's counts each have a glossary entry."""
+    from fedlib.experiment import SCALES
+    from fedlib.studies.claims import BUDGET
+    from fedlib.studies.decide import OUTCOMES
+
+    toc = [c["file"] for c in yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())["chapters"]]
+    assert "glossary" in toc
+    text = (ROOT / "book" / "glossary.md").read_text()
+    terms = {line.strip() for line in text.split("```{glossary}")[1].split("```")[0].splitlines()
+             if line and not line.startswith(" ")}
+    assert {f"{s} scale" for s in SCALES} <= terms
+    assert {*OUTCOMES, BUDGET, "not checked"} <= terms
