@@ -252,7 +252,7 @@ def test_a_chapter_missing_part_of_the_contract_is_refused_by_name(monkeypatch):
         registry.study("nosuch")
 
 
-@pytest.mark.parametrize("chapter", ["fedgpa", "fedprp", "fedmate", "pfedcspc", "fedpcl"])
+@pytest.mark.parametrize("chapter", list(chapters()))   # every registered chapter, the side-by-side page too
 def test_every_listed_claim_names_a_recorded_table_with_runs(chapter):
     from fedlib.studies.registry import study
     from fedlib.studies.report import claim_runs
