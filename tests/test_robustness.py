@@ -98,6 +98,8 @@ BAD = [
     (["--set", "lr=1e-320"], "lr=1e-320 is not allowed: a positive number float32 can hold"),   # 0 in float32
     (["--out", ""], "--out='' is not allowed: a file path"),
     (["--out", "nodir/"], "--out='nodir/' is not allowed: a file path"),   # it wrote a file named nodir
+    (["--partition", "dirichlet", "alpha=0.5", "test_fraction=1e-9"],   # every client got one test image
+     "partition.test_fraction=1e-09 is not allowed: a ratio of local test to train size in [0.01, 10]"),
     (["--method", "pfedcspc", "--hp", "lambdas=[Infinity, 1]"], "hyper.lambdas=[inf, 1] is not allowed"),
 ]
 

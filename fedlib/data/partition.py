@@ -342,7 +342,7 @@ def local_test_indices(test_labels: np.ndarray, train_counts: np.ndarray, fracti
     distribution: size = round(fraction * n_i), classes by largest remainder, no repeats within a
     client (clients may share test samples). A client whose training data comes from one domain
     (``client_domains[i]`` not None) draws only test samples of that domain."""
-    check(0 < fraction <= 10, "test_fraction", fraction, "a positive ratio of local test to train size")
+    check(0.01 <= fraction <= 10, "test_fraction", fraction, "a ratio of local test to train size in [0.01, 10]")
     rng = np.random.default_rng(seed)
     K = train_counts.shape[1]
     out = []

@@ -278,8 +278,9 @@ def validate(cfg: Config) -> None:
     test_fraction = cfg.partition.get("test_fraction")
     if test_fraction is not None:
         check_type("partition.test_fraction", test_fraction, float)
-        check(0 < test_fraction <= 10, "partition.test_fraction", test_fraction,
-              "a positive ratio of local test to train size, at most 10")
+        check(0.01 <= test_fraction <= 10, "partition.test_fraction", test_fraction,
+              "a ratio of local test to train size in [0.01, 10] (below 1% a client's local accuracy rests on a "
+              "handful of test images)")
     check(cfg.model is None or cfg.model in MODELS, "model", cfg.model, f"one of {', '.join(MODELS)}")
     for name, value in (("num_clients", cfg.num_clients), ("rounds", cfg.rounds), ("local_epochs", cfg.local_epochs),
                         ("batch_size", cfg.batch_size), ("eval_every", ev.every)):
