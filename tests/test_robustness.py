@@ -624,6 +624,22 @@ def test_a_damaged_result_record_is_named_and_counted_as_missing(tmp_path, damag
     assert path.read_text() != text   # left as it is for inspection; `records` rewrites it
 
 
+def test_a_record_from_a_newer_fedlib_is_named_and_never_rewritten(tmp_path, capsys):
+    """A record whose config has a field this fedlib does not know was silently counted missing; it is named, shown
+    as stale, and today's run of the same cell writes under its own key beside it."""
+    from fedlib import results
+
+    cfg = make_config(method="fedavg", **DIGITS)
+    record = run(cfg, cache_dir=None, progress=False)
+    newer = {**record, "key": "feedfacefeedface", "config": {**record["config"], "a_later_field": 1}}
+    path = results.write(newer, "demo", tmp_path)
+    stored = results.load("demo", tmp_path)
+    assert [s.stale for s in stored] == [True] and "a_later_field" in stored[0].reason
+    assert f"result record {path} was made by a newer fedlib" in capsys.readouterr().err
+    today = results.write(record, "demo", tmp_path)
+    assert today != path and json.loads(path.read_text())["config"]["a_later_field"] == 1
+
+
 def test_a_cached_record_with_wrong_types_is_not_taken_as_finished(tmp_path, capsys):
     cfg = make_config(method="fedavg", **DIGITS)
     record = run(cfg, cache_dir=tmp_path, progress=False)
