@@ -274,6 +274,37 @@ def test_a_lost_node_stops_the_run_or_its_clients_are_left_out_and_the_record_sa
         serve(InProcessGrid(2, {}), cfg, node_loss="retry")
 
 
+class SilentGrid(InProcessGrid):
+    """Node 2 answers round 1, then receives every message and never answers (no error, no reply)."""
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        ids = super().push_messages(messages)
+        for m, i in zip(messages, ids):
+            if m.metadata.dst_node_id == 2 and self.rounds.get(2, 0) > 1:
+                self.replies.pop(i)
+        return ids
+
+
+@pytest.mark.parametrize("node_loss", ["stop", "continue"])
+def test_a_node_that_stops_answering_is_a_failure_within_the_timeout(node_loss, server_process):
+    """Issue 67's probe: a node that goes silent had simulate(timeout=25) running past 240 s. The server's wait ends
+    at the timeout: "stop" ends the run naming the node, "continue" leaves its clients out."""
+    import time
+
+    from fedlib.flower.serverapp import serve
+
+    cfg = dataclasses.replace(digits_config("fedavg"), rounds=3, engine="flower")
+    started = time.time()
+    if node_loss == "stop":
+        with pytest.raises(ClientFailed, match=r"Flower node\(s\) \[2\] did not answer within 2 s"):
+            serve(SilentGrid(2, {}), cfg, node_loss=node_loss, timeout=2)
+    else:
+        fed = serve(SilentGrid(2, {}), cfg, node_loss=node_loss, timeout=2)
+        assert set(fed.executor.gone) == {2} and fed.executor.left_out[2] == [1, 3]
+    assert time.time() - started < 60
+
+
 @pytest.mark.parametrize("node_loss", ["stop", "continue"])
 def test_secagg_plus_goes_on_without_a_node_lost_between_rounds(node_loss, server_process):
     """Node 3 of 3 (clients 2 and 5) is gone from round 2 on: it does not answer SecAgg+'s setup, so it leaves
