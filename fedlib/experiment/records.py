@@ -190,13 +190,18 @@ def cache_lock(path: Path):
         except BlockingIOError:
             print(f"fedlib: another process is running this config ({path.name}); waiting for it", file=sys.stderr)
             wait_for_lock(handle, path, fcntl)
-        handle.truncate(0)   # the holder's process id, for a waiter to see whether it can still finish
-        handle.write(str(os.getpid()))
-        handle.flush()
+        name_holder(handle)
         try:
             yield
         finally:
             fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def name_holder(handle) -> None:
+    """Write this process's id into the lock it holds, for a waiter to see whether its holder can still finish."""
+    handle.truncate(0)
+    handle.write(str(os.getpid()))
+    handle.flush()
 
 
 def wait_for_lock(handle, path: Path, fcntl, poll_s: float = 0.5) -> None:
@@ -274,6 +279,7 @@ def lock_or_none(path: Path, fcntl):
         except BlockingIOError:
             yield None
             return
+        name_holder(handle)
         try:
             yield handle
         finally:
