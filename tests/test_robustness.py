@@ -571,7 +571,8 @@ def test_clients_whose_models_do_not_fit_in_memory_are_refused_with_the_figures(
     with pytest.raises(ConfigError, match=r"num_clients=5000 is not allowed: a number of clients whose models fit in "
                                           r"memory: 5,000 copies of a 2.2 MiB model need 10.8 GiB, cpu has 6.0 GiB"):
         build(cfg)
-    build(dataclasses.replace(cfg, num_clients=2000))   # 4.3 GiB fits
+    model_bytes = 582_026 * 4   # 2,000 copies, 4.3 GiB, fit: checked without allocating them
+    wiring.check_allocation(cfg.built_method(), 10, 512, model_bytes, dataclasses.replace(cfg, num_clients=2000))
 
 
 def test_records_of_a_grid_seed_only_queue_that_seed():
