@@ -124,6 +124,15 @@ def relative_to(base: str, name: str) -> Statistic:
     return Statistic(name, percent, "%")
 
 
+def rounds_above(base: str, methods, labels: dict, column: Statistic) -> tuple:
+    """An efficiency claim's comparisons: each other method's round in % above ``base``'s (``column``, from
+    ``relative_to(base, ...)``), one per method of the paper's table."""
+    from fedlib.studies.claims import Comparison, Read
+
+    return tuple(Comparison(f"{labels[m]}'s round above {labels[base]}'s, %", (Read(TABLE, m, column, labels[m]),))
+                 for m in methods if m != base)
+
+
 def summary(answer: dict) -> list[dict]:
     """One row per method: median and range of its round's seconds (training and evaluation apart and together)."""
     import numpy as np
