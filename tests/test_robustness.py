@@ -1,5 +1,6 @@
 """Bad inputs are one-line errors before any training; concurrent runs share a cache safely; damaged cache
 entries and data files are named and recovered from; checkpoints of many clients stay small."""
+import contextlib
 import dataclasses
 import gzip
 import json
@@ -824,23 +825,56 @@ def test_a_stopped_worker_process_is_one_line_and_the_next_run_starts_afresh(cap
 
     from fedlib.engine.workers import POOLS
 
-    args = [*BASE, "--cache", "none", "--executor", "process", "--workers", "2", "--set", "rounds=50"]
-    stopped = []
+    # every worker is stopped, so the run cannot finish on the others; 5,000 rounds outlast the thread's start
+    args = [*BASE, "--cache", "none", "--executor", "process", "--workers", "2", "--set", "rounds=5000"]
+    stopped: list[int] = []
 
-    def stop_a_worker():   # once the run's pool is working
+    def stop_the_workers():   # once the run's pool has started
         while "clients" not in POOLS.pools or not POOLS.pools["clients"][1]._processes:
-            time.sleep(0.1)
-        time.sleep(1.0)
-        stopped.append(next(iter(POOLS.pools["clients"][1]._processes.values())).pid)
-        os.kill(stopped[0], signal.SIGSTOP)
+            time.sleep(0.01)
+        for process in list(POOLS.pools["clients"][1]._processes.values()):
+            os.kill(process.pid, signal.SIGSTOP)
+            stopped.append(process.pid)
 
-    threading.Thread(target=stop_a_worker, daemon=True).start()
+    threading.Thread(target=stop_the_workers, daemon=True).start()
     started = time.time()
-    assert main(args) == 2
+    try:
+        assert main(args) == 2
+    finally:   # never leave a stopped process behind, whatever the run did
+        for pid in stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and f"worker process {stopped[0]} of the 'process' executor was stopped" in err[0], err
+    assert len(err) == 1 and any(f"worker process {pid} of the 'process' executor was stopped" in err[0]
+                                 for pid in stopped), err
     assert time.time() - started < 60 and "clients" not in POOLS.pools
     assert main([*args[:-1], "rounds=1"]) == 0   # a fresh pool
+
+
+def test_a_pool_with_a_stopped_idle_worker_is_shut_down_without_waiting_for_it():
+    """A worker stopped while idle never exits on its own: shutting its pool down (as the interpreter does at
+    exit) waited forever and held CI past its time limit."""
+    import os
+    import signal
+    import time
+
+    from fedlib.engine.workers import process_state, start_pool, stop_pool, worker_process_setup
+
+    pool = start_pool(2, worker_process_setup)
+    pids = [p.pid for p in pool._processes.values()]
+    os.kill(pids[0], signal.SIGSTOP)
+    try:
+        started = time.time()
+        stop_pool(pool)
+        assert time.time() - started < 30
+        deadline = time.time() + 10
+        while any(process_state(pid) not in (None, "Z") for pid in pids) and time.time() < deadline:
+            time.sleep(0.05)
+        assert all(process_state(pid) in (None, "Z") for pid in pids)
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("suffix", [".lock", ".json"])

@@ -164,10 +164,14 @@ def collecting(futures, purpose: str, what: str):
 
 
 def stop_pool(pool: ProcessPoolExecutor, kill: bool = False) -> None:
-    """Shut a pool down; ``kill``: stop processes still busy instead of waiting for them."""
-    if kill:
-        for proc in list((getattr(pool, "_processes", None) or {}).values()):
+    """Shut a pool down; ``kill``: stop processes still busy instead of waiting for them. A stopped worker
+    (SIGSTOP, Ctrl-Z) never takes its exit sentinel, so waiting for it would hang the interpreter's exit: a pool
+    holding one is always killed."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    if kill or any(process_state(p.pid) in ("T", "t") for p in processes):
+        for proc in processes:
             proc.kill()
+        kill = True
     pool.shutdown(wait=not kill, cancel_futures=True)
 
 
