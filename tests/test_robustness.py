@@ -213,6 +213,47 @@ def test_an_integer_hyperparameter_given_as_a_fraction_is_refused():
             make_method(method, **{name: 1.5})
 
 
+def test_every_declared_hyperparameter_range_admits_its_edges_and_refuses_beyond_them():
+    """A method's hyperparameters declare once where they may lie (``hyper(default, check)``) and one checker
+    applies every declaration (30 ``validate`` bodies did it before, each its own way): the defaults pass, a range's
+    closed ends pass and its open end and the values past it are refused, every named choice passes and another is
+    refused, None passes where the type allows it."""
+    import typing
+
+    from fedlib.methods import METHODS, make_method
+    from fedlib.methods.base import Bounds
+
+    def refused(method, name, value, says):
+        with pytest.raises(ConfigError, match=rf"hyper\.{name}=.* is not allowed: {re.escape(says)}"):
+            make_method(method, **{name: value})
+
+    tried = 0
+    for method, cls in METHODS.items():
+        make_method(method)
+        hints = typing.get_type_hints(cls.Hyper)
+        for f in dataclasses.fields(cls.Hyper):
+            check, number = f.metadata.get("check"), (float if hints[f.name] is not int else int)
+            if isinstance(check, Bounds):
+                low, step = number(check.low), number(1)
+                if check.low_open:
+                    refused(method, f.name, low, check.says)
+                else:
+                    make_method(method, **{f.name: low})
+                refused(method, f.name, low - step, check.says)
+                if check.high is not None:
+                    make_method(method, **{f.name: number(check.high)})
+                    refused(method, f.name, number(check.high) + step, check.says)
+                if type(None) in typing.get_args(hints[f.name]):
+                    make_method(method, **{f.name: None})
+                tried += 1
+            elif isinstance(check, tuple):
+                for choice in check:
+                    make_method(method, **{f.name: choice})
+                refused(method, f.name, "no-such-choice", f"one of {', '.join(check)}")
+                tried += 1
+    assert tried >= 100, tried
+
+
 def test_unwritable_cache_or_out_is_refused_before_training(tmp_path, capsys, no_training):
     blocker = tmp_path / "a-file"
     blocker.write_text("")

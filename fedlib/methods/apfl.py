@@ -18,7 +18,7 @@ import torch
 
 from fedlib.engine.core import Phase
 from fedlib.losses import cross_entropy
-from fedlib.methods.base import Hyper, Method, unit_interval
+from fedlib.methods.base import UNIT, Hyper, Method, hyper
 from fedlib.methods.registry import register
 from fedlib.models import PARTS, network_params
 
@@ -28,10 +28,7 @@ ALPHA = "extra.alpha"
 
 @dataclass
 class ApflHyper(Hyper):
-    alpha_init: float = 0.5
-
-    def validate(self):
-        unit_interval(self.alpha_init, "alpha_init")
+    alpha_init: float = hyper(0.5, UNIT)
 
 
 def mixed(alpha: torch.Tensor, v: dict, w: dict, detach_w: bool = True) -> dict:

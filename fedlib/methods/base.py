@@ -42,23 +42,61 @@ from fedlib.models import PARTS
 from fedlib.prototypes import aggregate_prototypes, class_stats, feature_variance
 
 
+@dataclass(frozen=True)
+class Bounds:
+    """Where a numeric hyperparameter may lie: from ``low`` (excluded when ``low_open``) to ``high``."""
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    says: str = ""   # what the error message asks for
+
+    def admits(self, value) -> bool:
+        above = self.low is None or (value > self.low if self.low_open else value >= self.low)
+        return above and (self.high is None or value <= self.high)
+
+
+POSITIVE = Bounds(0, low_open=True, says="a positive number")
+NON_NEGATIVE = Bounds(0, says="a non-negative number")
+UNIT = Bounds(0, 1, says="a number in [0, 1]")
+UNIT_POSITIVE = Bounds(0, 1, low_open=True, says="a number in (0, 1]")
+
+
+def hyper(default, check: Bounds | tuple[str, ...] | None = None, *, added_later: bool = False):
+    """A hyperparameter field: its default, what it admits (``Bounds``, or a tuple of the names it may be; a
+    value of None, where its type allows it, is not checked), and ``added_later``: a field added after records
+    were made, left out of the cache key at its default (so records made before it existed keep their keys)."""
+    return dataclasses.field(default=default, metadata={"check": check, "added_later": added_later})
+
+
+def added_later(default, check: Bounds | tuple[str, ...] | None = None):
+    return hyper(default, check, added_later=True)
+
+
 @dataclass
 class Hyper:
-    """Method hyperparameters; subclasses add fields with defaults and check them in validate()."""
+    """Method hyperparameters: subclasses declare fields with ``hyper(default, check)``; ``validate`` holds only
+    what one field's check cannot say (a relation between fields, a list's elements)."""
+
+    def checked(self) -> None:
+        """Every field against what it declares, then ``validate``."""
+        for f in dataclasses.fields(self):
+            check, value = f.metadata.get("check"), getattr(self, f.name)
+            if check is None or value is None:
+                continue
+            if isinstance(check, Bounds) and not check.admits(value):
+                raise ConfigError(f"hyper.{f.name}", value, check.says)
+            if isinstance(check, tuple) and value not in check:
+                raise ConfigError(f"hyper.{f.name}", value, f"one of {', '.join(check)}")
+        self.validate()
 
     def validate(self) -> None:
         pass
 
     def keyed(self) -> dict:
         """The hyperparameters as the cache key holds them: all of them, defaults included, except a field added
-        with ``added_later`` while it keeps its default (so records made before it existed keep their keys)."""
+        with ``added_later`` while it keeps its default."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if not (f.metadata.get("added_later") and getattr(self, f.name) == f.default)}
-
-
-def added_later(default):
-    """A hyperparameter field added after records were made: left out of the cache key at ``default``."""
-    return dataclasses.field(default=default, metadata={"added_later": True})
 
 
 class Method:
@@ -91,8 +129,8 @@ class Method:
                 raise ConfigError(f"hyper.{key}", hyper[key],
                                   f"a hyperparameter of {self.name}: {', '.join(sorted(names)) or 'none'}")
         self.hp = self.Hyper(**hyper)
-        check_fields(self.hp, "hyper.")   # types first: validate() compares numbers
-        self.hp.validate()
+        check_fields(self.hp, "hyper.")   # types first: the checks compare numbers
+        self.hp.checked()
 
     @classmethod
     def declared(cls, kind: str) -> frozenset[str]:
@@ -336,14 +374,3 @@ class PrototypeSharing(GlobalPrototypes):
         ups = list(uploads.values())
         server.state["protos"], server.state["present"] = aggregate_prototypes(
             torch.stack([u["protos"] for u in ups]), self.prototype_weights(torch.stack([u["counts"] for u in ups])))
-
-
-def positive(value, name: str, allow_zero: bool = False) -> None:
-    ok = value >= 0 if allow_zero else value > 0
-    if not ok:
-        raise ConfigError(f"hyper.{name}", value, "a non-negative number" if allow_zero else "a positive number")
-
-
-def unit_interval(value, name: str) -> None:
-    if not 0 <= value <= 1:
-        raise ConfigError(f"hyper.{name}", value, "a number in [0, 1]")

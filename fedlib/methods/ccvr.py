@@ -20,21 +20,17 @@ import torch
 
 from fedlib.aggregate import select
 from fedlib.engine.core import derived_seed
-from fedlib.methods.base import Hyper, Method, positive, retrain_linear_head
+from fedlib.methods.base import POSITIVE, Hyper, Method, hyper, retrain_linear_head
 from fedlib.methods.registry import register
 from fedlib.prototypes import class_stats
 
 
 @dataclass
 class CcvrHyper(Hyper):
-    virtual: int = 2000
-    epochs: int = 10
-    batch: int = 64
-    lr: float = 0.01
-
-    def validate(self):
-        for name in ("virtual", "epochs", "batch", "lr"):
-            positive(getattr(self, name), name)
+    virtual: int = hyper(2000, POSITIVE)
+    epochs: int = hyper(10, POSITIVE)
+    batch: int = hyper(64, POSITIVE)
+    lr: float = hyper(0.01, POSITIVE)
 
 
 def client_class_statistics(z: torch.Tensor, y: torch.Tensor, num_classes: int):

@@ -20,23 +20,19 @@ import torch
 import torch.nn.functional as F
 
 from fedlib.engine.core import derived_seed
-from fedlib.methods.base import Hyper, Method, positive, retrain_linear_head
+from fedlib.methods.base import POSITIVE, Hyper, Method, hyper, retrain_linear_head
 from fedlib.methods.registry import register
 from fedlib.models import network_params
 
 
 @dataclass
 class CreffHyper(Hyper):
-    num_features: int = 100
-    lr_feature: float = 0.1
-    match_epochs: int = 100
-    crt_epochs: int = 300
-    crt_batch: int = 32
-    lr_net: float = 0.01
-
-    def validate(self):
-        for name in ("num_features", "lr_feature", "match_epochs", "crt_epochs", "crt_batch", "lr_net"):
-            positive(getattr(self, name), name)
+    num_features: int = hyper(100, POSITIVE)
+    lr_feature: float = hyper(0.1, POSITIVE)
+    match_epochs: int = hyper(100, POSITIVE)
+    crt_epochs: int = hyper(300, POSITIVE)
+    crt_batch: int = hyper(32, POSITIVE)
+    lr_net: float = hyper(0.01, POSITIVE)
 
 
 def class_gradients(z: torch.Tensor, y: torch.Tensor, W: torch.Tensor, b: torch.Tensor, num_classes: int):

@@ -4,16 +4,13 @@ from dataclasses import dataclass
 
 from fedlib.engine.core import Phase
 from fedlib.losses import cross_entropy, proximal
-from fedlib.methods.base import Hyper, Method, PersonalModel, positive
+from fedlib.methods.base import NON_NEGATIVE, Hyper, Method, PersonalModel, hyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class DittoHyper(Hyper):
-    lam: float = 0.1
-
-    def validate(self):
-        positive(self.lam, "lam", allow_zero=True)
+    lam: float = hyper(0.1, NON_NEGATIVE)
 
 
 @register

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedlib.methods.base import Hyper, TrainedModelIsPersonal, positive, unit_interval
+from fedlib.methods.base import POSITIVE, UNIT_POSITIVE, Hyper, TrainedModelIsPersonal, hyper
 from fedlib.methods.registry import register
 
 TOP = ("head.weight", "head.bias")
@@ -26,17 +26,11 @@ TOP = ("head.weight", "head.bias")
 
 @dataclass
 class AlaHyper(Hyper):
-    share: float = 0.8
-    eta: float = 1.0
-    threshold: float = 0.1
-    window: int = 10
-    max_start_epochs: int = 100
-
-    def validate(self):
-        unit_interval(self.share, "share")
-        positive(self.share, "share")
-        for name in ("eta", "threshold", "window", "max_start_epochs"):
-            positive(getattr(self, name), name)
+    share: float = hyper(0.8, UNIT_POSITIVE)
+    eta: float = hyper(1.0, POSITIVE)
+    threshold: float = hyper(0.1, POSITIVE)
+    window: int = hyper(10, POSITIVE)
+    max_start_epochs: int = hyper(100, POSITIVE)
 
 
 def adaptive_weights(z, y, local: dict, glob: dict, weights: dict, eta: float, batch_size: int,

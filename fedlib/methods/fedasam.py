@@ -11,18 +11,14 @@ from typing import cast
 import torch
 
 from fedlib.engine.core import Phase
-from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.base import NON_NEGATIVE, Hyper, Method, hyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class AsamHyper(Hyper):
-    rho: float = 0.5
-    eta: float = 0.01
-
-    def validate(self):
-        positive(self.rho, "rho", allow_zero=True)
-        positive(self.eta, "eta", allow_zero=True)
+    rho: float = hyper(0.5, NON_NEGATIVE)
+    eta: float = hyper(0.01, NON_NEGATIVE)
 
 
 def asam_perturbation(params: dict, grads: Sequence[torch.Tensor], rho: float, eta: float) -> list:

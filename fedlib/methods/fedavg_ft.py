@@ -2,16 +2,13 @@
 from dataclasses import dataclass
 
 from fedlib.engine.core import Phase, cross_entropy_loss
-from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.base import POSITIVE, Hyper, Method, hyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class FTHyper(Hyper):
-    finetune_epochs: int = 1
-
-    def validate(self):
-        positive(self.finetune_epochs, "finetune_epochs")
+    finetune_epochs: int = hyper(1, POSITIVE)
 
 
 @register

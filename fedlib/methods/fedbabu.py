@@ -10,13 +10,14 @@ global model (FedGPA Setting 1, s = 20, n / 4, 30 rounds, E = 2: 50.1% after 1 e
 from dataclasses import dataclass
 
 from fedlib.engine.core import Phase
+from fedlib.methods.base import POSITIVE, hyper
 from fedlib.methods.fedavg_ft import FedAvgFT, FTHyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class BabuHyper(FTHyper):
-    finetune_epochs: int = 5   # tau_f of FedBABU's personalization
+    finetune_epochs: int = hyper(5, POSITIVE)   # tau_f of FedBABU's personalization
 
 
 @register

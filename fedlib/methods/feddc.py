@@ -19,16 +19,13 @@ import torch
 from fedlib.aggregate import weighted_average
 from fedlib.engine.core import Phase
 from fedlib.losses import cross_entropy
-from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.base import NON_NEGATIVE, Hyper, Method, hyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class DcHyper(Hyper):
-    alpha: float = 0.01
-
-    def validate(self):
-        positive(self.alpha, "alpha", allow_zero=True)
+    alpha: float = hyper(0.01, NON_NEGATIVE)
 
 
 def _zeros(params: dict) -> dict:

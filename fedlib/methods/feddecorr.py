@@ -9,16 +9,13 @@ from dataclasses import dataclass
 import torch
 
 from fedlib.losses import cross_entropy, sample_weight
-from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.base import NON_NEGATIVE, Hyper, Method, hyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class DecorrHyper(Hyper):
-    beta: float = 0.1
-
-    def validate(self):
-        positive(self.beta, "beta", allow_zero=True)
+    beta: float = hyper(0.1, NON_NEGATIVE)
 
 
 def decorrelation(z: torch.Tensor, batch, eps: float = 1e-8) -> torch.Tensor:

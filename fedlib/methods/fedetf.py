@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from fedlib.engine.core import Phase, derived_seed
 from fedlib.errors import ConfigError
 from fedlib.losses import NEG, batch_mean
-from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.base import NON_NEGATIVE, POSITIVE, Hyper, Method, hyper
 from fedlib.methods.registry import register
 from fedlib.models import EXTRA, PARTS
 
@@ -64,17 +64,13 @@ def balanced_softmax(logits: torch.Tensor, batch, counts: torch.Tensor) -> torch
 
 @dataclass
 class EtfHyper(Hyper):
-    finetune_rounds: int = 20      # alternations of the local adaptation [official code]
-    classifier_epochs: int = 3
-    projector_epochs: int = 3
-    classifier_lr: float = 0.1
-    projector_lr: float = 0.05
-    scale_init: float = 10.0       # beta at round 0 (learnable); not given in the paper, see the module docstring
-
-    def validate(self):
-        positive(self.finetune_rounds, "finetune_rounds", allow_zero=True)
-        for name in ("classifier_epochs", "projector_epochs", "classifier_lr", "projector_lr", "scale_init"):
-            positive(getattr(self, name), name)
+    finetune_rounds: int = hyper(20, NON_NEGATIVE)   # alternations of the local adaptation [official code]
+    classifier_epochs: int = hyper(3, POSITIVE)
+    projector_epochs: int = hyper(3, POSITIVE)
+    classifier_lr: float = hyper(0.1, POSITIVE)
+    projector_lr: float = hyper(0.05, POSITIVE)
+    # beta at round 0 (learnable); not given in the paper, see the module docstring
+    scale_init: float = hyper(10.0, POSITIVE)
 
 
 @register

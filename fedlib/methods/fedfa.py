@@ -23,20 +23,15 @@ import torch.nn.functional as F
 
 from fedlib.engine.core import Phase
 from fedlib.losses import cross_entropy
-from fedlib.methods.base import Hyper, Method, positive, unit_interval
+from fedlib.methods.base import NON_NEGATIVE, POSITIVE, UNIT, Hyper, Method, hyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class FaHyper(Hyper):
-    lam_a: float = 0.1
-    calib_lr: float = 1e-3
-    momentum: float = 0.5
-
-    def validate(self):
-        positive(self.lam_a, "lam_a", allow_zero=True)
-        positive(self.calib_lr, "calib_lr")
-        unit_interval(self.momentum, "momentum")
+    lam_a: float = hyper(0.1, NON_NEGATIVE)
+    calib_lr: float = hyper(1e-3, POSITIVE)
+    momentum: float = hyper(0.5, UNIT)
 
 
 def anchor_loss(z: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:

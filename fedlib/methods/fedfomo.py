@@ -17,20 +17,15 @@ import torch
 import torch.nn.functional as F
 
 from fedlib.engine.core import derived_seed
-from fedlib.methods.base import Hyper, Method, positive, unit_interval
+from fedlib.methods.base import NON_NEGATIVE, POSITIVE, UNIT, Hyper, Method, hyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class FomoHyper(Hyper):
-    models: int = 5
-    epsilon: float = 0.3
-    epsilon_decay: float = 0.05
-
-    def validate(self):
-        positive(self.models, "models")
-        unit_interval(self.epsilon, "epsilon")
-        positive(self.epsilon_decay, "epsilon_decay", allow_zero=True)
+    models: int = hyper(5, POSITIVE)
+    epsilon: float = hyper(0.3, UNIT)
+    epsilon_decay: float = hyper(0.05, NON_NEGATIVE)
 
 
 def validation_loss(ctx, params) -> float:

@@ -25,7 +25,7 @@ import torch
 
 from fedlib.aggregate import difference_grams, mix, select, simplex_qp_batch
 from fedlib.losses import cross_entropy, prototype_distance
-from fedlib.methods.base import Hyper, PerClientAggregation, PrototypeSharing, positive, unit_interval
+from fedlib.methods.base import NON_NEGATIVE, UNIT, Hyper, PerClientAggregation, PrototypeSharing, hyper
 from fedlib.methods.registry import register
 from fedlib.models import PARTS
 from fedlib.prototypes import pad_prototypes
@@ -36,16 +36,11 @@ class GpaHyper(Hyper):
     # weight of the alignment term (Eq. 5). The paper gives no value; with lam = 1 the per-sample L2
     # term dominates CE and collapses the features (FMNIST book scale: 40.7% -> 20.3% for +LGA);
     # 0.01 is of the size of FedPAC's lam = 1 on an MSE averaged over 128 feature dimensions.
-    lam: float = 0.01
-    mu: float = 0.5       # similarity vs sample size in Eq. 10 (paper: 0.4-0.6 best)
-    lga: bool = True      # local-global alignment (Table 3)
-    gpa_f: bool = True    # personalized extractor aggregation, Eq. 8-11 (else sample-size average)
-    gpa_c: bool = True    # personalized classifier QP, Eq. 12-16 (else sample-size average)
-
-    def validate(self):
-        positive(self.lam, "lam", allow_zero=True)
-        unit_interval(self.mu, "mu")
-
+    lam: float = hyper(0.01, NON_NEGATIVE)
+    mu: float = hyper(0.5, UNIT)   # similarity vs sample size in Eq. 10 (paper: 0.4-0.6 best)
+    lga: bool = True               # local-global alignment (Table 3)
+    gpa_f: bool = True             # personalized extractor aggregation, Eq. 8-11 (else sample-size average)
+    gpa_c: bool = True             # personalized classifier QP, Eq. 12-16 (else sample-size average)
 
 def prototype_distances(protos: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
     """Eq. 8: P_ij = sum_k p_ik ||C_i^(k) - C_j^(k)||_2 (protos padded with global ones)."""

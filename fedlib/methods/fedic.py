@@ -23,27 +23,21 @@ import torch.nn.functional as F
 
 from fedlib.engine.core import derived_seed
 from fedlib.errors import ConfigError
-from fedlib.methods.base import Hyper, Method, positive, unit_interval
+from fedlib.methods.base import NON_NEGATIVE, POSITIVE, UNIT, Hyper, Method, hyper
 from fedlib.methods.registry import register
 from fedlib.models import network_params
 
 
 @dataclass
 class FedicHyper(Hyper):
-    server_steps: int = 100
-    distill_steps: int = 100
-    batch_labeled: int = 20
-    batch_unlabeled: int = 128
-    lr: float = 1e-3
-    weight_decay: float = 2e-4
-    temperature: float = 2.0
-    ld: float = 0.5
-
-    def validate(self):
-        for name in ("server_steps", "distill_steps", "batch_labeled", "batch_unlabeled", "lr", "temperature"):
-            positive(getattr(self, name), name)
-        positive(self.weight_decay, "weight_decay", allow_zero=True)
-        unit_interval(self.ld, "ld")
+    server_steps: int = hyper(100, POSITIVE)
+    distill_steps: int = hyper(100, POSITIVE)
+    batch_labeled: int = hyper(20, POSITIVE)
+    batch_unlabeled: int = hyper(128, POSITIVE)
+    lr: float = hyper(1e-3, POSITIVE)
+    weight_decay: float = hyper(2e-4, NON_NEGATIVE)
+    temperature: float = hyper(2.0, POSITIVE)
+    ld: float = hyper(0.5, UNIT)
 
 
 def gated_ensemble(gate: dict, feats: torch.Tensor, logits: torch.Tensor, calibrated: torch.Tensor) -> torch.Tensor:

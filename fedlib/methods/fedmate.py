@@ -55,7 +55,7 @@ import torch.nn.functional as F
 from fedlib.aggregate import select, weighted_average
 from fedlib.engine.core import Batch, Phase, derived_seed
 from fedlib.losses import cross_entropy, prototype_mse
-from fedlib.methods.base import Hyper, PrototypeSharing, positive
+from fedlib.methods.base import NON_NEGATIVE, POSITIVE, Hyper, PrototypeSharing, hyper
 from fedlib.methods.registry import register
 from fedlib.models import network_params
 from fedlib.prototypes import aggregate_prototypes
@@ -65,26 +65,19 @@ BODY = ("body", "projector")
 
 @dataclass
 class MateHyper(Hyper):
-    lambda_c: float = 1.0
-    lambda_p: float = 1.0
-    eta: float = 0.01
-    server_steps: int = 1
-    cft_x: float = 1.0
-    cls_epochs: int = 1
-    cls_lr: float = 0.1
-    d_lr: float = 1e-3
-    d_hidden: int = 32
+    lambda_c: float = hyper(1.0, NON_NEGATIVE)
+    lambda_p: float = hyper(1.0, NON_NEGATIVE)
+    eta: float = hyper(0.01, NON_NEGATIVE)
+    server_steps: int = hyper(1, POSITIVE)
+    cft_x: float = hyper(1.0, POSITIVE)
+    cls_epochs: int = hyper(1, POSITIVE)
+    cls_lr: float = hyper(0.1, POSITIVE)
+    d_lr: float = hyper(1e-3, POSITIVE)
+    d_hidden: int = hyper(32, POSITIVE)
     mps: bool = True
     cft: bool = True
     cci: bool = True
     ccf: bool = True
-
-    def validate(self):
-        for name in ("lambda_c", "lambda_p", "eta"):
-            positive(getattr(self, name), name, allow_zero=True)
-        for name in ("server_steps", "cft_x", "cls_epochs", "cls_lr", "d_lr", "d_hidden"):
-            positive(getattr(self, name), name)
-
 
 # ---------------------------------------------------------------------- the pieces, as functions
 def discriminator_init(num_classes: int, hidden: int, gen: torch.Generator) -> dict:

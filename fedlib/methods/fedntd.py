@@ -10,18 +10,14 @@ import torch
 import torch.nn.functional as F
 
 from fedlib.losses import NEG, batch_mean, cross_entropy
-from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.base import NON_NEGATIVE, POSITIVE, Hyper, Method, hyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class NtdHyper(Hyper):
-    beta: float = 1.0
-    tau: float = 1.0
-
-    def validate(self):
-        positive(self.beta, "beta", allow_zero=True)
-        positive(self.tau, "tau")
+    beta: float = hyper(1.0, NON_NEGATIVE)
+    tau: float = hyper(1.0, POSITIVE)
 
 
 def not_true_distillation(student: torch.Tensor, teacher: torch.Tensor, batch, tau: float) -> torch.Tensor:

@@ -15,18 +15,14 @@ from fedlib.aggregate import difference_grams, is_psd, mix, select, simplex_qp_b
 from fedlib.engine.core import Phase
 from fedlib.engine.core import cross_entropy_loss as ce_loss
 from fedlib.losses import cross_entropy, prototype_mse
-from fedlib.methods.base import Hyper, PerClientAggregation, PrototypeSharing, positive
+from fedlib.methods.base import NON_NEGATIVE, POSITIVE, Hyper, PerClientAggregation, PrototypeSharing, hyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class PacHyper(Hyper):
-    lam: float = 1.0
-    head_epochs: int = 1
-
-    def validate(self):
-        positive(self.lam, "lam", allow_zero=True)
-        positive(self.head_epochs, "head_epochs")
+    lam: float = hyper(1.0, NON_NEGATIVE)
+    head_epochs: int = hyper(1, POSITIVE)
 
 
 def collaboration_matrices(protos: torch.Tensor, counts: torch.Tensor, variances: torch.Tensor) -> np.ndarray:

@@ -50,7 +50,7 @@ from fedlib.losses import (
     sample_weight,
     supervised_contrastive,
 )
-from fedlib.methods.base import Hyper, PrototypeSharing, positive
+from fedlib.methods.base import NON_NEGATIVE, POSITIVE, Hyper, PrototypeSharing, hyper
 from fedlib.methods.registry import register
 from fedlib.prototypes import batch_class_means, pad_prototypes
 
@@ -60,18 +60,14 @@ OFFICIAL = "pcl_official"
 
 @dataclass
 class PclHyper(Hyper):
-    tau: float = 0.07
-    use_global: bool = True     # L_g, Eq. 8
-    use_local: bool = True      # L_p, Eq. 9
-    loss: str = "pcl"
-    lam: float = 1.0            # weight of ProtoDist in the "ce_protodist" variant
-    noise: float = 0.0          # std of Gaussian noise added to uploaded prototypes (Section 5.6)
+    tau: float = hyper(0.07, POSITIVE)
+    use_global: bool = True                   # L_g, Eq. 8
+    use_local: bool = True                    # L_p, Eq. 9
+    loss: str = hyper("pcl", LOSSES)
+    lam: float = hyper(1.0, NON_NEGATIVE)     # weight of ProtoDist in the "ce_protodist" variant
+    noise: float = hyper(0.0, NON_NEGATIVE)   # std of Gaussian noise added to uploaded prototypes (Section 5.6)
 
     def validate(self):
-        positive(self.tau, "tau")
-        positive(self.noise, "noise", allow_zero=True)
-        if self.loss not in LOSSES:
-            raise ConfigError("hyper.loss", self.loss, f"one of {', '.join(LOSSES)}")
         if self.loss in ("pcl", "pcl_infonce") and not (self.use_global or self.use_local):
             raise ConfigError("hyper.use_global/use_local", (self.use_global, self.use_local), "at least one True")
 

@@ -16,22 +16,16 @@ import torch
 import torch.nn.functional as F
 
 from fedlib.losses import batch_mean, cross_entropy
-from fedlib.methods.base import Hyper, Method, positive, unit_interval
+from fedlib.methods.base import POSITIVE, UNIT, Hyper, Method, hyper
 from fedlib.methods.registry import register
 from fedlib.models import network_params
 
 
 @dataclass
 class PhpHyper(Hyper):
-    lam: float = 0.05
-    temperature: float = 4.0
-    ramp: float | None = None   # participations until mu reaches 0.9; None: the number of rounds
-
-    def validate(self):
-        unit_interval(self.lam, "lam")
-        positive(self.temperature, "temperature")
-        if self.ramp is not None:
-            positive(self.ramp, "ramp")
+    lam: float = hyper(0.05, UNIT)
+    temperature: float = hyper(4.0, POSITIVE)
+    ramp: float | None = hyper(None, POSITIVE)   # participations until mu reaches 0.9; None: the number of rounds
 
 
 @register

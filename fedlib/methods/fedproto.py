@@ -14,24 +14,16 @@ from dataclasses import dataclass
 
 import torch
 
-from fedlib.errors import ConfigError
 from fedlib.losses import cross_entropy, prototype_mse
-from fedlib.methods.base import Hyper, PrototypeSharing, added_later, positive
+from fedlib.methods.base import NON_NEGATIVE, Hyper, PrototypeSharing, added_later, hyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class ProtoHyper(Hyper):
-    lam: float = 1.0
-    predict_by: str = "logits"
-    proto_weights: str = added_later("counts")   # counts (Eq. 6) | uniform (the official code)
-
-    def validate(self):
-        positive(self.lam, "lam", allow_zero=True)
-        if self.predict_by not in ("logits", "prototype"):
-            raise ConfigError("hyper.predict_by", self.predict_by, "'logits' or 'prototype'")
-        if self.proto_weights not in ("counts", "uniform"):
-            raise ConfigError("hyper.proto_weights", self.proto_weights, "'counts' or 'uniform'")
+    lam: float = hyper(1.0, NON_NEGATIVE)
+    predict_by: str = hyper("logits", ("logits", "prototype"))
+    proto_weights: str = added_later("counts", ("counts", "uniform"))   # counts (Eq. 6) | uniform (the official code)
 
 
 @register

@@ -2,16 +2,13 @@
 from dataclasses import dataclass
 
 from fedlib.losses import cross_entropy, proximal
-from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.base import NON_NEGATIVE, Hyper, Method, hyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class ProxHyper(Hyper):
-    mu: float = 0.01
-
-    def validate(self):
-        positive(self.mu, "mu", allow_zero=True)
+    mu: float = hyper(0.01, NON_NEGATIVE)
 
 
 @register

@@ -63,9 +63,9 @@ from fedlib.engine.core import Phase
 from fedlib.engine.core import cross_entropy_loss as ce_loss
 from fedlib.engine.evaluation import Evaluation, prefixed, register_metric_set, register_test_set
 from fedlib.engine.protocol import Participation, ParticipationSpec, UniformParticipation, register_participation
-from fedlib.errors import ConfigError, check
+from fedlib.errors import check
 from fedlib.losses import NEG, cross_entropy, sample_weight
-from fedlib.methods.base import GlobalPrototypes, Hyper, positive, unit_interval
+from fedlib.methods.base import NON_NEGATIVE, POSITIVE, UNIT, GlobalPrototypes, Hyper, hyper
 from fedlib.methods.registry import register
 from fedlib.metrics import accuracy, frequency_groups, group_accuracy, summarize
 from fedlib.models import PARTS
@@ -75,31 +75,20 @@ DISTANCES = ("euclidean", "sqeuclidean", "cosine", "code_cosine")
 
 @dataclass
 class PrpHyper(Hyper):
-    lam: float = 0.5            # L_ID vs L_IC (Eq. 11)
-    beta: float = 0.5           # moving average of global prototypes (Eq. 8), weight of the old value
-    head_epochs: int = 5        # s
-    body_epochs: int = 25       # t
-    tau: float = 0.07
-    distance: str = "euclidean"
-    eps_init: float = 1.0
-    learn_eps: bool = False     # A4: fixed margin (the official code's effect); True: trained, only ever shrinks
-    ic: str = "mse"             # mse | sum_sq
-    ema: str = "server"         # server | client
+    lam: float = hyper(0.5, UNIT)                      # L_ID vs L_IC (Eq. 11)
+    beta: float = hyper(0.5, UNIT)  # moving average of global prototypes (Eq. 8), weight of the old value
+    head_epochs: int = hyper(5, NON_NEGATIVE)          # s
+    body_epochs: int = hyper(25, POSITIVE)             # t
+    tau: float = hyper(0.07, POSITIVE)
+    distance: str = hyper("euclidean", DISTANCES)
+    eps_init: float = hyper(1.0, NON_NEGATIVE)
+    learn_eps: bool = False  # A4: fixed margin (the official code's effect); True: trained, only ever shrinks
+    ic: str = hyper("mse", ("mse", "sum_sq"))          # mse | sum_sq
+    ema: str = hyper("server", ("server", "client"))   # server | client
     share_head: bool = False
-    use_id: bool = True         # Table VIII
+    use_id: bool = True                                # Table VIII
     use_ic: bool = True
 
-    def validate(self):
-        unit_interval(self.lam, "lam")
-        unit_interval(self.beta, "beta")
-        positive(self.head_epochs, "head_epochs", allow_zero=True)
-        positive(self.body_epochs, "body_epochs")
-        positive(self.tau, "tau")
-        positive(self.eps_init, "eps_init", allow_zero=True)
-        for name, value, allowed in (("distance", self.distance, DISTANCES), ("ic", self.ic, ("mse", "sum_sq")),
-                                     ("ema", self.ema, ("server", "client"))):
-            if value not in allowed:
-                raise ConfigError(f"hyper.{name}", value, f"one of {', '.join(allowed)}")
 
 
 def anchor_distances(anchors: torch.Tensor, z: torch.Tensor, kind: str) -> torch.Tensor:

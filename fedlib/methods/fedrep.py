@@ -3,18 +3,14 @@
 from dataclasses import dataclass
 
 from fedlib.engine.core import Phase
-from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.base import POSITIVE, Hyper, Method, hyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class RepHyper(Hyper):
-    head_epochs: int = 10
-    body_epochs: int = 1
-
-    def validate(self):
-        positive(self.head_epochs, "head_epochs")
-        positive(self.body_epochs, "body_epochs")
+    head_epochs: int = hyper(10, POSITIVE)
+    body_epochs: int = hyper(1, POSITIVE)
 
 
 @register

@@ -11,17 +11,14 @@ the soup always contains the local model, interpolation starts in the first roun
 from dataclasses import dataclass
 
 from fedlib.aggregate import weighted_average
-from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.base import POSITIVE, Hyper, Method, hyper
 from fedlib.methods.registry import register
 from fedlib.metrics import accuracy, confusion
 
 
 @dataclass
 class SoupHyper(Hyper):
-    pool: int = 5
-
-    def validate(self):
-        positive(self.pool, "pool")
+    pool: int = hyper(5, POSITIVE)
 
 
 def validation_accuracy(ctx, params) -> float:

@@ -16,18 +16,14 @@ import numpy as np
 import torch
 
 from fedlib.losses import cross_entropy, sample_weight
-from fedlib.methods.base import Hyper, TrainedModelIsPersonal, positive
+from fedlib.methods.base import NON_NEGATIVE, POSITIVE, Hyper, TrainedModelIsPersonal, hyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class GraceHyper(Hyper):
-    align: float = 0.1
-    server_lr: float = 1.0
-
-    def validate(self):
-        positive(self.align, "align", allow_zero=True)
-        positive(self.server_lr, "server_lr")
+    align: float = hyper(0.1, NON_NEGATIVE)
+    server_lr: float = hyper(1.0, POSITIVE)
 
 
 def _covariance(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:

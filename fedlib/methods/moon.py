@@ -9,18 +9,14 @@ import torch
 import torch.nn.functional as F
 
 from fedlib.losses import batch_mean, cross_entropy
-from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.base import NON_NEGATIVE, POSITIVE, Hyper, Method, hyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class MoonHyper(Hyper):
-    mu: float = 1.0
-    tau: float = 0.5
-
-    def validate(self):
-        positive(self.mu, "mu", allow_zero=True)
-        positive(self.tau, "tau")
+    mu: float = hyper(1.0, NON_NEGATIVE)
+    tau: float = hyper(0.5, POSITIVE)
 
 
 @register

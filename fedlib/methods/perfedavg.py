@@ -11,16 +11,13 @@ import torch
 import torch.nn.functional as F
 
 from fedlib.engine.core import Phase, cross_entropy_loss
-from fedlib.methods.base import Hyper, Method, positive
+from fedlib.methods.base import POSITIVE, Hyper, Method, hyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class PerFedAvgHyper(Hyper):
-    alpha: float = 0.01
-
-    def validate(self):
-        positive(self.alpha, "alpha")
+    alpha: float = hyper(0.01, POSITIVE)
 
 
 @register

@@ -33,7 +33,7 @@ from fedlib.engine.core import Phase, derived_seed
 from fedlib.engine.evaluation import Evaluation, register_metric_set
 from fedlib.errors import ConfigError
 from fedlib.losses import NEG, angle_alignment, edge_alignment, prototype_infonce, weighted_supcon
-from fedlib.methods.base import Hyper, TrainedModelIsPersonal, positive, unit_interval
+from fedlib.methods.base import NON_NEGATIVE, POSITIVE, UNIT, UNIT_POSITIVE, Hyper, TrainedModelIsPersonal, hyper
 from fedlib.methods.registry import make_method, register
 from fedlib.metrics import accuracy, harmonic, summarize
 from fedlib.prototypes import clustered_prototypes, in_client_augmentation, mean_over_holders
@@ -44,47 +44,34 @@ CALIBRATED = ("projector", "head")
 
 @dataclass
 class CspcHyper(Hyper):
-    clusters: int = 2            # j, K-means clusters per class (Eq. 8); the paper's value is unreadable (H1)
-    ratio: float = 0.8           # r, sampled share of a cluster (Eq. 9) [FedCSPC code]
-    repeats: int = 5             # n_repeat, samplings per cluster (Eq. 9) [FedCSPC code]
-    n_aug: int = 5               # augmented pairs per prototype (Eq. 10), paper V-A3
-    lambdas: tuple = (0.1, 0.3, 0.5)   # lambda of Eq. 10, drawn per pair (paper V-A3)
-    margin: float = 1.0          # alpha of Eq. 11 (paper V-A3)
-    tau_l: float = 0.5           # Eq. 5
-    tau_g: float = 0.5           # Eq. 12 and the similarity of Eq. 15
-    tau_p: float = 1.0           # Eq. 4; not given in the paper
-    kappa: float = 0.5           # weight of L_align, Eq. 18 [FedCSPC code mu]
-    eta: float = 0.1             # weight in L_server, Eq. 17 [FedCSPC code re_mu, re_beta]
-    lam_kp: float = 0.5          # weight of the knowledge prediction, Eq. 15; not given in the paper
-    prototypes: str = "cpm"      # "cpm" (Eq. 8-9) | "tpg" (one class mean per class, Table IV)
-    calibrate: bool = True       # CA: server training of H, F (Eq. 12-13, 17)
-    augment: bool = True         # PA: L_ACL on in-client augmentations (Eq. 10-11)
-    align: bool = True           # PTA: L_align in local training (Eq. 5-7, 18)
-    kp: bool = True              # knowledge prediction of the global model (Eq. 14-15)
-    pmi: bool = True             # personalized model initialization (Eq. 4)
-    server_epochs: int = 100
-    server_batch: int = 100
-    server_lr: float | None = None   # None: FedCSPC's schedule by round
-    base: str = "fedavg"             # L_base of Eq. 18 (Table VI)
+    clusters: int = hyper(2, POSITIVE)  # j, K-means clusters per class (Eq. 8); the paper's value is unreadable (H1)
+    ratio: float = hyper(0.8, UNIT_POSITIVE)          # r, sampled share of a cluster (Eq. 9) [FedCSPC code]
+    repeats: int = hyper(5, POSITIVE)                 # n_repeat, samplings per cluster (Eq. 9) [FedCSPC code]
+    n_aug: int = hyper(5, NON_NEGATIVE)               # augmented pairs per prototype (Eq. 10), paper V-A3
+    lambdas: tuple = (0.1, 0.3, 0.5)                  # lambda of Eq. 10, drawn per pair (paper V-A3)
+    margin: float = hyper(1.0, NON_NEGATIVE)          # alpha of Eq. 11 (paper V-A3)
+    tau_l: float = hyper(0.5, POSITIVE)               # Eq. 5
+    tau_g: float = hyper(0.5, POSITIVE)               # Eq. 12 and the similarity of Eq. 15
+    tau_p: float = hyper(1.0, POSITIVE)               # Eq. 4; not given in the paper
+    kappa: float = hyper(0.5, NON_NEGATIVE)           # weight of L_align, Eq. 18 [FedCSPC code mu]
+    eta: float = hyper(0.1, NON_NEGATIVE)             # weight in L_server, Eq. 17 [FedCSPC code re_mu, re_beta]
+    lam_kp: float = hyper(0.5, UNIT)  # weight of the knowledge prediction, Eq. 15; not given in the paper
+    prototypes: str = hyper("cpm", ("cpm", "tpg"))    # "cpm" (Eq. 8-9) | "tpg" (one class mean per class, Table IV)
+    calibrate: bool = True                            # CA: server training of H, F (Eq. 12-13, 17)
+    augment: bool = True                              # PA: L_ACL on in-client augmentations (Eq. 10-11)
+    align: bool = True                                # PTA: L_align in local training (Eq. 5-7, 18)
+    kp: bool = True                                   # knowledge prediction of the global model (Eq. 14-15)
+    pmi: bool = True                                  # personalized model initialization (Eq. 4)
+    server_epochs: int = hyper(100, POSITIVE)
+    server_batch: int = hyper(100, POSITIVE)
+    server_lr: float | None = hyper(None, POSITIVE)   # None: FedCSPC's schedule by round
+    base: str = hyper("fedavg", BASES)                # L_base of Eq. 18 (Table VI)
     base_hyper: dict = field(default_factory=dict)
 
     def validate(self):
-        for name in ("clusters", "repeats", "server_epochs", "server_batch", "tau_l", "tau_g", "tau_p"):
-            positive(getattr(self, name), name)
-        for name in ("n_aug", "margin", "kappa", "eta"):
-            positive(getattr(self, name), name, allow_zero=True)
-        unit_interval(self.ratio, "ratio")
-        positive(self.ratio, "ratio")
-        unit_interval(self.lam_kp, "lam_kp")
         if not self.lambdas or not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                        and math.isfinite(v) and v >= 0 for v in self.lambdas):
             raise ConfigError("hyper.lambdas", self.lambdas, "a non-empty list of finite non-negative numbers")
-        if self.prototypes not in ("cpm", "tpg"):
-            raise ConfigError("hyper.prototypes", self.prototypes, "'cpm' (clustered) or 'tpg' (one class mean)")
-        if self.base not in BASES:
-            raise ConfigError("hyper.base", self.base, f"one of {', '.join(BASES)}")
-        if self.server_lr is not None:
-            positive(self.server_lr, "server_lr")
 
 
 @register

@@ -12,22 +12,16 @@ import torch
 from fedlib.aggregate import weighted_average
 from fedlib.engine.core import Phase
 from fedlib.losses import cross_entropy
-from fedlib.methods.base import Hyper, Method, PersonalModel, positive, unit_interval
+from fedlib.methods.base import POSITIVE, UNIT, Hyper, Method, PersonalModel, hyper
 from fedlib.methods.registry import register
 
 
 @dataclass
 class PFedMeHyper(Hyper):
-    lam: float = 15.0
-    inner_steps: int = 5
-    personal_lr: float = 0.01
-    beta: float = 1.0
-
-    def validate(self):
-        positive(self.lam, "lam")
-        positive(self.inner_steps, "inner_steps")
-        positive(self.personal_lr, "personal_lr")
-        unit_interval(self.beta, "beta")
+    lam: float = hyper(15.0, POSITIVE)
+    inner_steps: int = hyper(5, POSITIVE)
+    personal_lr: float = hyper(0.01, POSITIVE)
+    beta: float = hyper(1.0, UNIT)
 
 
 @register
