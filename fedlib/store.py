@@ -1,6 +1,7 @@
 """File primitives, the one place fedlib writes files: every write goes to a temporary file in the target's folder,
 is flushed to disk and renamed over the target, so a reader sees the old file or the complete new one (a full disk
-or a kill in the middle leaves the old one); an unreadable cache entry is set aside for inspection."""
+or a kill in the middle leaves the old one); an unreadable cache entry is set aside for inspection; a committed JSON
+record is read through one check."""
 from __future__ import annotations
 
 import json
@@ -30,6 +31,24 @@ def atomic_write(path: Path, write: Callable[[Path], object]) -> None:
 
 def atomic_text(path: Path, text: str) -> None:
     atomic_write(path, lambda tmp: tmp.write_text(text))
+
+
+def read_record(path: Path, valid: Callable[[dict], bool], what: str, wanted: str):
+    """The JSON object committed at ``path`` (None where there is none), if ``valid`` accepts it; one that does not
+    parse, is not an object, or is refused is one ConfigError: ``what`` it is, the file, ``wanted`` (what it should
+    hold and how to restore it)."""
+    from fedlib.errors import ConfigError
+
+    if not path.exists():
+        return None
+    try:
+        answer = json.loads(path.read_text())
+        ok = isinstance(answer, dict) and bool(valid(answer))
+    except (OSError, ValueError, KeyError, TypeError, IndexError, RecursionError):
+        ok = False
+    if not ok:
+        raise ConfigError(f"{what} {path}", path.name, wanted)
+    return answer
 
 
 def atomic_json(path: Path, obj, default=str, **dumps) -> None:

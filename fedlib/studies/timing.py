@@ -14,7 +14,6 @@ pseudo-record per repetition, its "seed" the repetition; ``Chapter.read`` adds i
 ``relative_to``."""
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -79,24 +78,18 @@ def record(chapter: str, configs: dict, repeats: int, root: Path | None = None,
 
 def read(chapter: str, root: Path | None = None) -> dict | None:
     """The committed timing record of ``chapter`` (None where there is none); a damaged one is one ConfigError."""
-    from fedlib.errors import ConfigError
+    from fedlib.store import read_record
 
-    path = (root or _root()) / f"{chapter}.json"
-    if not path.exists():
-        return None
-    try:
-        answer = json.loads(path.read_text())
+    def valid(answer: dict) -> bool:
         seconds = answer["seconds"]
-        ok = isinstance(seconds, dict) and all(
+        return isinstance(seconds, dict) and all(
             len(s["train_s"]) == len(s["evaluate_s"]) == answer["repeats"]
             and all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in s["train_s"] + s["evaluate_s"])
             for s in seconds.values())
-    except (OSError, ValueError, KeyError, TypeError, RecursionError):
-        ok = False
-    if not ok:
-        raise ConfigError(f"timing record {path}", path.name, "a record of finite, non-negative seconds for every "
-                          f"repetition: restore it (git checkout) or run `python -m fedlib timing {chapter}`")
-    return answer
+
+    return read_record((root or _root()) / f"{chapter}.json", valid, "timing record", "a record of finite, "
+                       f"non-negative seconds for every repetition: restore it (git checkout) or run `python -m fedlib "
+                       f"timing {chapter}`")
 
 
 def evidence(chapter: str, root: Path | None = None) -> dict:

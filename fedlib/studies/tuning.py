@@ -12,7 +12,6 @@ written to ``results/tuning/<chapter>.json`` and the chapter's hyperparameter ta
 from __future__ import annotations
 
 import dataclasses
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -75,22 +74,16 @@ def read(chapter: str, root: Path | None = None) -> dict | None:
     naming it and how to restore it."""
     import math
 
-    from fedlib.errors import ConfigError
+    from fedlib.store import read_record
 
-    path = (root or _root()) / f"{chapter}.json"
-    if not path.exists():
-        return None
-    try:
-        answer = json.loads(path.read_text())
+    def valid(answer: dict) -> bool:
         chosen = answer["chosen"]
-        ok = isinstance(answer, dict) and isinstance(chosen, (int, float)) and math.isfinite(chosen) and chosen > 0 \
+        return isinstance(chosen, (int, float)) and math.isfinite(chosen) and chosen > 0 \
             and isinstance(answer["scores"], dict)
-    except (OSError, ValueError, KeyError, TypeError, RecursionError) as exc:
-        ok, chosen = False, f"{type(exc).__name__}: {str(exc)[:80]}"
-    if not ok:
-        raise ConfigError(f"tuning record {path}", chosen, "a tuning record with a positive 'chosen' rate and its "
-                          f"'scores': restore it (git checkout {path.name}) or run `python -m fedlib tune {chapter}`")
-    return answer
+
+    return read_record((root or _root()) / f"{chapter}.json", valid, "tuning record", "a tuning record with a "
+                       f"positive 'chosen' rate and its 'scores': restore it (git checkout {chapter}.json) or run "
+                       f"`python -m fedlib tune {chapter}`")
 
 
 def summary(answer: dict) -> str:
