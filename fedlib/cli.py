@@ -387,6 +387,7 @@ def book_builder():
         raise ConfigError("book", str(path), "a checkout of the fedlib repository (its book/ and notebooks/ "
                                              "folders): the book is built from there")
     spec = importlib.util.spec_from_file_location("fedlib_book_build", path)
+    assert spec is not None and spec.loader is not None, path   # a .py file always has a spec and a loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -266,7 +266,8 @@ def _load_svhn(root, download):
     folder = _data_root(root, "svhn")
     if download and not (folder / "test_32x32.mat").exists():
         _torchvision_fetch("SVHN", folder, splits=[{"split": "train"}, {"split": "test"}])
-    out, files = [], []
+    out: list[np.ndarray] = []
+    files: list[Path] = []
     for split in ("train", "test"):
         path = folder / f"{split}_32x32.mat"
         if not path.exists():
@@ -283,7 +284,7 @@ def _load_svhn(root, download):
         y = y.astype(np.int64).reshape(-1)
         out += [np.transpose(x, (3, 2, 0, 1)), np.where(y == 10, 0, y)]  # SVHN stores digit 0 as label 10
         files += [path, path]
-    return Arrays(*out, files=tuple(files))
+    return Arrays(out[0], out[1], out[2], out[3], files=(files[0], files[1], files[2], files[3]))
 
 
 def read_usps(path: Path):
@@ -310,7 +311,8 @@ def _load_usps(root, download):
     train, test = folder / "usps.bz2", folder / "usps.t.bz2"
     if not (train.exists() and test.exists()):
         _missing("usps", folder, "usps.bz2 and usps.t.bz2")
-    return Arrays(*read_usps(train), *read_usps(test), files=(train, train, test, test))
+    (train_x, train_y), (test_x, test_y) = read_usps(train), read_usps(test)
+    return Arrays(train_x, train_y, test_x, test_y, files=(train, train, test, test))
 
 
 def _load_emnist(root, download):

@@ -14,7 +14,7 @@ import math
 
 import torch
 from torch.func import functional_call, grad_and_value, vmap
-from torch.utils._pytree import tree_flatten, tree_unflatten
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 
 from fedlib.engine.core import Batch, ClientContext, Out, Params, Phase
 from fedlib.engine.training import OptimizerSpec, epoch_orders, full_batches, step_scope
@@ -118,7 +118,7 @@ def buckets(steps: list[int], overhead: float) -> list[list[int]]:
 _TENSOR = object()   # marks a tensor slot among the constant leaves
 
 
-def _stack_leaves(trees: list) -> tuple[object, list, list, list]:
+def _stack_leaves(trees: list) -> tuple[TreeSpec, list, list, list]:
     """(spec, constant leaves by position, tensor inputs, their vmap in_dims): a tensor that is the
     very same object for every client is passed once (in_dim None), others are stacked (in_dim 0)."""
     flats = [tree_flatten(t) for t in trees]
