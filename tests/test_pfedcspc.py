@@ -360,7 +360,7 @@ def test_fedetfs_local_is_read_with_the_adaptation_its_evaluation_runs():
         row = {"round": 2, "i_local": local / 100, "acc_global": glob / 100}
         return [{"seed": 0, "history": [row], "final": row, "config": {"hyper": hyper or {}}}]
 
-    ds = pfedcspc.SCALES["ci"]["datasets"][0]
+    ds = pfedcspc.SCALES["ci"].datasets[0]
     table = {ds: {m: recs(50.0 + i, 40.0) for i, m in enumerate(pfedcspc.GLOBAL_METHODS)}}
     table[ds]["fedetf"] = recs(77.0, 41.0, {"finetune_rounds": 20})
     note = pfedcspc.fedetf_note(table, "ci")

@@ -146,7 +146,7 @@ def test_fedgpa_reads_the_same_conclusions_from_both_precisions_when_they_agree(
     for cfg in recording_order(tables, only=["headline"]):
         _write(cfg, 0.80 + (0.01 if cfg.method == "fedgpa" else 0.0) + 0.002 * cfg.seed, tmp_path)
     assert fedgpa.precision_check()[0] == [] and fedgpa.precision_check()[3] == []
-    assert fedgpa.SCALES["reference"]["seeds"] == [0, 1, 2, 3, 4]
+    assert fedgpa.SCALES["reference"].seeds == [0, 1, 2, 3, 4]
     for cfg in recording_order(tables, only=["headline"], precision="bf16", seeds=[0, 1, 2]):
         _write(cfg, 0.80 + (0.01 if cfg.method == "fedgpa" else 0.0) + 0.002 * cfg.seed + 0.0005, tmp_path)
     rows, records, summary, conclusions = fedgpa.precision_check()

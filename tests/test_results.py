@@ -488,7 +488,7 @@ def test_fedprp_claims_read_the_first_dataset_over_the_last_evaluations():
     assert best.outcome == "inconclusive" and len(best.compared) == 1
     assert best.deciding.interval == pytest.approx((6.667 - 8.31, 6.667 + 8.31), abs=0.01)
     assert found["slow_beta"].outcome == "does not hold"
-    assert fedprp.SCALES["reference"]["last"] == 2
+    assert fedprp.SCALES["reference"].last == 2
     late = study("fedprp").assess("reference", {"comparison": comparison})
     assert next(a for a in late if a.claim.id == "best_a_loc").decision.deciding.mean == pytest.approx(
         (5 + 0.5 + 4.5) / 3)   # the mean of rounds 1 and 2 for each seed: 35 - 30, 36 - 35.5, 37 - 32.5

@@ -51,7 +51,10 @@ def test_fedgpa_setting_table_is_mean_and_population_std_over_seeds():
 
 
 def test_pfedcspc_table7_counts_rounds_to_fedavgs_final_accuracy_on_the_main_seeds(monkeypatch):
-    monkeypatch.setitem(pfedcspc.SCALES["ci"], "main_seeds", [0, 1])
+    import dataclasses
+
+    ci = dataclasses.replace(pfedcspc.SCALES["ci"], main_seeds=[0, 1])
+    monkeypatch.setattr(pfedcspc, "SCALES", pfedcspc.Scales(**{**pfedcspc.SCALES, "ci": ci}))
     rounds = (1, 2, 3, 4)
     table2 = {"digits": {"fedavg": [fake(0, [0.2, 0.4, 0.5, 0.601], "acc_global", rounds),
                                     fake(1, [0.2, 0.4, 0.5, 0.601], "acc_global", rounds),
@@ -65,7 +68,7 @@ def test_pfedcspc_table7_counts_rounds_to_fedavgs_final_accuracy_on_the_main_see
     assert target == math.floor(200 * 0.601) / 200 == 0.6                 # rounded down to half a point
     assert reached["fedavg"] == 4 and reached["pfedcspc"] == 2            # mean over seeds 0.60 at round 2
     assert reached["fedprox"] == 1 and reached["moon"] is None
-    assert rows[pfedcspc.TABLE7.index("moon")]["DIGITS rounds to 60.0%"] == f"> {pfedcspc.SCALES['ci']['rounds']}"
+    assert rows[pfedcspc.TABLE7.index("moon")]["DIGITS rounds to 60.0%"] == f"> {pfedcspc.SCALES['ci'].rounds}"
     assert all(r["seed"] in (0, 1) for recs in used.values() for r in recs) and set(used) == set(pfedcspc.TABLE7)
     np.testing.assert_allclose(curves["pfedcspc"][1], [0.5, 0.6, 0.7, 0.7])
 
@@ -105,7 +108,7 @@ def test_chapter_labels_are_the_method_classes_labels_but_where_a_paper_names_a_
 
 
 @pytest.mark.parametrize("chapter", list(chapters()))
-def test_every_chapter_has_the_same_four_scales_with_the_same_keys_and_names_them_on_a_bad_one(chapter):
+def test_every_chapter_has_the_same_four_scales_of_one_budget_class_and_names_them_on_a_bad_one(chapter):
 
     from fedlib.errors import ConfigError
     from fedlib.experiment import SCALES as EXPERIMENT_SCALES
@@ -113,18 +116,29 @@ def test_every_chapter_has_the_same_four_scales_with_the_same_keys_and_names_the
 
     study = chapters()[chapter]
     assert isinstance(study.SCALES, Scales) and list(study.SCALES) == list(EXPERIMENT_SCALES)
-    assert len({frozenset(study.scale_info(s)) for s in study.SCALES}) == 1
+    assert len({type(study.scale_info(s)) for s in study.SCALES}) == 1
     with pytest.raises(ConfigError, match="ci, book, reference, paper"):
         study.scale_info("huge")
 
 
-def test_scales_refuse_missing_scales_and_uneven_keys():
-    from fedlib.studies.grid import Scales
+def test_scales_refuse_missing_scales_and_budgets_of_another_kind():
+    import dataclasses
 
+    from fedlib.studies.grid import Budget, Scales
+
+    @dataclasses.dataclass(frozen=True, kw_only=True)
+    class Other(Budget):
+        clients: int = 4
+
+    one = Budget(rounds=1, seeds=[0])
     with pytest.raises(ValueError, match="ci, book, reference, paper"):
-        Scales(ci={"rounds": 1}, paper={"rounds": 2})
-    with pytest.raises(ValueError, match="seeds"):
-        Scales(ci={"rounds": 1}, book={"rounds": 2, "seeds": [0]}, reference={"rounds": 3}, paper={"rounds": 4})
+        Scales(ci=one, paper=one)
+    with pytest.raises(ValueError, match="one Budget class, not \\['Budget', 'Other'\\]"):
+        Scales(ci=one, book=one, reference=Other(rounds=3, seeds=[0]), paper=one)
+    with pytest.raises(ValueError, match="one Budget class, not \\['dict'\\]"):
+        Scales(ci={"rounds": 1}, book={"rounds": 1}, reference={"rounds": 1}, paper={"rounds": 1})
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        one.rounds = 2   # type: ignore[misc]
 
 
 def test_margin_stability_reads_the_committed_paper_records_cut_at_each_round():
@@ -653,8 +667,8 @@ def test_fedpcls_table2_second_look_leaves_the_checks_paired_on_the_first_three_
                  "official_head_few_shot", "reading_single", "reading_single_few_shot"):
         assert {c.seed for cs in tables[name].values() for c in cs} == {0, 1, 2}, name
     table2 = next(c for c in fedpcl.CLAIMS if c.id == "best_multi_backbone")
-    assert set(fedpcl.SCALES["paper"]["headline_seeds"]) - set(table2.seeds) == {3, 4}   # a second look, by the plan
-    assert fedpcl.SCALES["book"]["headline_seeds"] == fedpcl.SCALES["book"]["check_seeds"]
+    assert set(fedpcl.SCALES["paper"].headline_seeds) - set(table2.seeds) == {3, 4}   # a second look, by the plan
+    assert fedpcl.SCALES["book"].headline_seeds == fedpcl.SCALES["book"].check_seeds
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
 

@@ -37,7 +37,7 @@ from fedlib.data.partition import fedgpa_setting
 from fedlib.experiment import Config, make_config
 from fedlib.studies.claims import Claim, each_above
 from fedlib.studies.common import RUNTIME, method_labels, with_seeds
-from fedlib.studies.grid import Scales, stored_grid, with_diverged
+from fedlib.studies.grid import Budget, Scales, stored_grid, with_diverged
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import fmt, local, per_seed
 from fedlib.studies.verdicts import listed, verdict_of
@@ -69,18 +69,30 @@ LOCAL_TEST = local("each client's local test set (test images drawn with the cli
 HELDOUT_TEST = local("each client's share of the held-out split (10,000 training images, drawn with the client's own "
                      "label mix): the tuning runs' test set")
 
+
+@dataclass(frozen=True, kw_only=True)
+class CompareBudget(Budget):
+    """This chapter's budget at one scale (``SCALES``)."""
+    epochs: int
+    per_class: int
+    lr_grid: tuple[float, ...]
+    values: int
+    server_epochs: int
+    eval_every: int
+
+
 SCALES = Scales(
     # ci: the code's test (tiny data, two rates, the first value of each knob)
-    ci=dict(rounds=2, epochs=2, per_class=60, seeds=[0, 1], lr_grid=(0.03, 0.1), values=1, server_epochs=1,
-            eval_every=1),
-    book=dict(rounds=5, epochs=2, per_class=150, seeds=[0], lr_grid=(0.03, 0.1), values=1, server_epochs=2,
-              eval_every=5),
+    ci=CompareBudget(rounds=2, epochs=2, per_class=60, seeds=[0, 1], lr_grid=(0.03, 0.1), values=1, server_epochs=1,
+                     eval_every=1),
+    book=CompareBudget(rounds=5, epochs=2, per_class=150, seeds=[0], lr_grid=(0.03, 0.1), values=1, server_epochs=2,
+                       eval_every=5),
     # the protocol at a budget this CPU records: 3 seeds, the whole grid
-    reference=dict(rounds=20, epochs=2, per_class=1200, seeds=[0, 1, 2], lr_grid=LR_GRID, values=2, server_epochs=10,
-                   eval_every=5),
+    reference=CompareBudget(rounds=20, epochs=2, per_class=1200, seeds=[0, 1, 2], lr_grid=LR_GRID, values=2,
+                            server_epochs=10, eval_every=5),
     # the budget the five papers share between them (FedGPA 150 rounds of E = 5, FedMate 200, FedPRP 100)
-    paper=dict(rounds=100, epochs=5, per_class=1200, seeds=[0, 1, 2], lr_grid=LR_GRID, values=2, server_epochs=100,
-               eval_every=10),
+    paper=CompareBudget(rounds=100, epochs=5, per_class=1200, seeds=[0, 1, 2], lr_grid=LR_GRID, values=2,
+                        server_epochs=100, eval_every=10),
 )
 HYPER_REASONS = {"lr": "chosen per method and partition on the held-out split (equal tuning)",
                  "hyper": "the method's sensitive hyperparameter chosen on the held-out split; its structure fixed"}
@@ -89,9 +101,9 @@ HYPER_REASONS = {"lr": "chosen per method and partition on the held-out split (e
 def scale_summary(scale: str) -> str:
     sc = SCALES[scale]
     return "\n".join([
-        f"scale {scale}: FMNIST, 20 clients, {sc['rounds']} rounds of E = {sc['epochs']} local epochs, "
-        f"at most {sc['per_class']} training images per class, seeds {sc['seeds']}; tuning: lr in "
-        f"{list(sc['lr_grid'])} x {sc['values']} value(s) of each method's knob, seed 0, held-out split",
+        f"scale {scale}: FMNIST, 20 clients, {sc.rounds} rounds of E = {sc.epochs} local epochs, "
+        f"at most {sc.per_class} training images per class, seeds {sc.seeds}; tuning: lr in "
+        f"{list(sc.lr_grid)} x {sc.values} value(s) of each method's knob, seed 0, held-out split",
         "one protocol for every method: cnn2 from scratch, SGD momentum 0.5, weight decay 5e-4, batch 50, full "
         "participation (FedPCL: a projection on frozen cnn_mnist features)",
     ])
@@ -100,7 +112,7 @@ def scale_summary(scale: str) -> str:
 def partition(kind: str, scale: str) -> dict:
     """The partition spec of ``kind`` at ``scale``: about ``20 x n`` training images in each, ``n`` = FedGPA's 600
     per client at 1,200 images per class (the Dirichlet pool; the long tail keeps about 40% of its pool)."""
-    per_class = SCALES[scale]["per_class"]
+    per_class = SCALES[scale].per_class
     if kind == "dominant":
         spec = fedgpa_setting(1, 10)
         out = {"name": "skew", "s": 20, "n": spec["n"] * per_class // 1200, "k": spec["k"]}
@@ -116,9 +128,9 @@ def partition(kind: str, scale: str) -> dict:
 def structure(method: str, scale: str) -> dict:
     """What each method's paper fixes about its local epochs and server (not tuned)."""
     sc = SCALES[scale]
-    return {"fedrep": {"head_epochs": 1, "body_epochs": sc["epochs"] - 1},
-            "fedprp": {"head_epochs": 1, "body_epochs": sc["epochs"] - 1},
-            "pfedcspc": {"server_epochs": sc["server_epochs"]}}.get(method, {})
+    return {"fedrep": {"head_epochs": 1, "body_epochs": sc.epochs - 1},
+            "fedprp": {"head_epochs": 1, "body_epochs": sc.epochs - 1},
+            "pfedcspc": {"server_epochs": sc.server_epochs}}.get(method, {})
 
 
 def config(method: str, kind: str, scale: str, lr: float, value=None, seed: int = 0, heldout: bool = False,
@@ -131,21 +143,21 @@ def config(method: str, kind: str, scale: str, lr: float, value=None, seed: int 
         hyper[SENSITIVE[method][0]] = value
     return make_config(
         method=method, dataset="fmnist-heldout" if heldout else dataset, partition=partition(kind, scale),
-        num_clients=20, rounds=sc["rounds"], local_epochs=sc["epochs"], batch_size=50, lr=lr, momentum=0.5,
-        weight_decay=5e-4, eval_every=sc["eval_every"], hyper=hyper, seed=seed,
+        num_clients=20, rounds=sc.rounds, local_epochs=sc.epochs, batch_size=50, lr=lr, momentum=0.5,
+        weight_decay=5e-4, eval_every=sc.eval_every, hyper=hyper, seed=seed,
         backbones=list(BACKBONES[dataset]) if method == "fedpcl" else None, device=RUNTIME["device"],
         executor=RUNTIME["executor"])
 
 
 def knob_values(method: str, scale: str) -> tuple:
-    return SENSITIVE[method][1][:SCALES[scale]["values"]] if method in SENSITIVE else (None,)
+    return SENSITIVE[method][1][:SCALES[scale].values] if method in SENSITIVE else (None,)
 
 
 def tuning_grid(scale: str) -> dict:
     """{(partition, method, lr, value): [the held-out run, seed 0]}."""
     return {(kind, m, lr, v): [config(m, kind, scale, lr, v, heldout=True)]
             for kind in PARTITIONS for m in METHODS
-            for lr, v in itertools.product(SCALES[scale]["lr_grid"], knob_values(m, scale))}
+            for lr, v in itertools.product(SCALES[scale].lr_grid, knob_values(m, scale))}
 
 
 def last_round_stats(records: list[dict], metric: str = METRIC) -> tuple[float, float, int]:
@@ -183,7 +195,7 @@ def comparison_grid(scale: str, chosen: dict) -> dict:
     """{(partition, method): [configs over seeds]} at each cell's chosen (lr, value); cells not chosen yet are left
     out."""
     sc = SCALES[scale]
-    return {(kind, m): with_seeds(config(m, kind, scale, *chosen[(kind, m)]), sc["seeds"])
+    return {(kind, m): with_seeds(config(m, kind, scale, *chosen[(kind, m)]), sc.seeds)
             for kind in PARTITIONS for m in METHODS if (kind, m) in chosen}
 
 
@@ -195,7 +207,7 @@ def check_grid(scale: str, chosen: dict) -> dict:
         if (CHECK_PARTITION, m) in chosen:
             lr, value = chosen[(CHECK_PARTITION, m)]
             grid[(CHECK_PARTITION, m)] = with_seeds(config(m, CHECK_PARTITION, scale, lr, value, dataset=CHECK_DATASET),
-                                                    SCALES[scale]["seeds"])
+                                                    SCALES[scale].seeds)
     return grid
 
 
@@ -280,7 +292,7 @@ def grid_edge_line(chosen: dict, scale: str) -> str:
     """Which cells chose a learning rate at an end of the grid, where a wider grid might have chosen beyond it
     (equal tuning says so rather than hide it); "" where none did, or where the grid has no interior (the smoke
     scales' two rates)."""
-    rates = SCALES[scale]["lr_grid"]
+    rates = SCALES[scale].lr_grid
     if len(rates) < 3:
         return ""
     ends = {min(rates): "smallest", max(rates): "largest"}

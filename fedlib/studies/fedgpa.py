@@ -6,6 +6,8 @@ mean over clients, 3 runs).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from fedlib.data.partition import fedgpa_setting
@@ -43,7 +45,7 @@ from fedlib.studies.convergence import (  # noqa: F401  (the notebook reads them
     margins_line,
     still_moving,
 )
-from fedlib.studies.grid import Scales
+from fedlib.studies.grid import Budget, Scales
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import local, majority_floor
 from fedlib.studies.timing import TABLE as TIMED
@@ -80,19 +82,31 @@ ABLATION = {"None": ({"lga": False, "gpa_c": False, "gpa_f": False}, 86.71),
             "+ GPA(f)": ({"lga": True, "gpa_c": True, "gpa_f": True}, 90.04)}
 
 # Training budget per scale. n_divisor shrinks every client's n (Setting 1: 600 -> 600/n_divisor).
+
+@dataclass(frozen=True, kw_only=True)
+class GpaBudget(Budget):
+    """This chapter's budget at one scale (``SCALES``)."""
+    local_epochs: int
+    n_divisor: int
+    ablation_seeds: list[int]
+    sweep_seeds: list[int]
+    eval_every: int
+    global_test: int | None
+
+
 SCALES = Scales(
-    ci=dict(rounds=2, local_epochs=1, n_divisor=10, seeds=[0], ablation_seeds=[0], sweep_seeds=[0], eval_every=1,
-            global_test=2000),
-    book=dict(rounds=8, local_epochs=1, n_divisor=4, seeds=[0], ablation_seeds=[0], sweep_seeds=[0], eval_every=2,
-              global_test=2000),
+    ci=GpaBudget(rounds=2, local_epochs=1, n_divisor=10, seeds=[0], ablation_seeds=[0], sweep_seeds=[0], eval_every=1,
+                 global_test=2000),
+    book=GpaBudget(rounds=8, local_epochs=1, n_divisor=4, seeds=[0], ablation_seeds=[0], sweep_seeds=[0], eval_every=2,
+                   global_test=2000),
     # the paper's protocol stopped at round 10 (no method of this chapter depends on the number of rounds, so a
     # reference run is the first 10 rounds of the paper-scale run of its seed): see REFERENCE_NOTE; seeds 3 and 4 of
     # the ablation, then of the comparison, were added after their 3-seed verdicts came out inconclusive
     # (``claims.assess``: a second look)
-    reference=dict(rounds=10, local_epochs=5, n_divisor=1, seeds=[0, 1, 2, 3, 4], ablation_seeds=[0, 1, 2, 3, 4],
-                   sweep_seeds=[0, 1, 2], eval_every=5, global_test=None),
-    paper=dict(rounds=150, local_epochs=5, n_divisor=1, seeds=[0, 1, 2], ablation_seeds=[0, 1, 2],
-               sweep_seeds=[0, 1, 2], eval_every=5, global_test=None),
+    reference=GpaBudget(rounds=10, local_epochs=5, n_divisor=1, seeds=[0, 1, 2, 3, 4], ablation_seeds=[0, 1, 2, 3, 4],
+                        sweep_seeds=[0, 1, 2], eval_every=5, global_test=None),
+    paper=GpaBudget(rounds=150, local_epochs=5, n_divisor=1, seeds=[0, 1, 2], ablation_seeds=[0, 1, 2],
+                    sweep_seeds=[0, 1, 2], eval_every=5, global_test=None),
 )
 HEADLINE_KEYS = 3   # leading label columns of the headline rows the Results overview shows
 METRIC = "personal_local_acc"  # FedGPA: average over clients of test accuracy on their local test sets
@@ -102,10 +116,10 @@ def scale_summary(scale: str) -> str:
     """What the chapter trains at ``scale`` next to what the paper trains (printed by the notebook's set-up)."""
     sc = SCALES[scale]
     return "\n".join([
-        f"scale {scale}: {sc['rounds']} rounds, E = {sc['local_epochs']} local epochs, "
-        f"client sizes n / {sc['n_divisor']}, "
-        f"seeds {sc['seeds']} (ablation: {sc['ablation_seeds']}, sweeps: {sc['sweep_seeds']}), evaluation every "
-        f"{sc['eval_every']} rounds",
+        f"scale {scale}: {sc.rounds} rounds, E = {sc.local_epochs} local epochs, "
+        f"client sizes n / {sc.n_divisor}, "
+        f"seeds {sc.seeds} (ablation: {sc.ablation_seeds}, sweeps: {sc.sweep_seeds}), evaluation every "
+        f"{sc.eval_every} rounds",
         "paper: 150 rounds, E = 5, n as in Section 5.1.2, 3 runs; all scales: 20 clients, SGD lr 0.02, batch 50, "
         "full participation",
     ])
@@ -116,23 +130,23 @@ def config(method: str, setting: int, s: float, scale: str, seed: int = 0, hyper
     """FedGPA Section 5.1: FMNIST, 20 clients, full participation, SGD lr 0.02, batch 50."""
     sc = SCALES[scale]
     spec = fedgpa_setting(setting, 10)
-    n = spec["n"]
-    n = n // sc["n_divisor"] if np.isscalar(n) else [v // sc["n_divisor"] for v in n]
+    n = spec["n"]   # one size for every client, or one per client
+    n = [v // sc.n_divisor for v in n] if isinstance(n, list) else n // sc.n_divisor
     return make_config(
         method=method,
         dataset="fmnist",
         partition={"name": "skew", "s": s, "n": n, "k": spec["k"]},
         num_clients=20,
-        rounds=sc["rounds"],
-        local_epochs=sc["local_epochs"],
+        rounds=sc.rounds,
+        local_epochs=sc.local_epochs,
         batch_size=50,
         lr=0.02,
-        eval_every=sc["eval_every"],
+        eval_every=sc.eval_every,
         hyper=hyper or {},
         seed=seed,
         device=device or RUNTIME["device"],
         executor=RUNTIME["executor"],
-        global_test_size=sc["global_test"],
+        global_test_size=sc.global_test,
     )  # the chapter reports personalized accuracy only
 
 
@@ -414,7 +428,7 @@ def gap_note(method: str, records: list[dict]) -> str:
 # ---------------------------------------------------------------------- the chapter's tables and figures
 LOCAL_TEST = local("each client's local test set (test images drawn with the client's own label mix)")
 def comparison_grid(settings, s_values, methods, scale: str) -> dict:
-    seeds = SCALES[scale]["seeds"]
+    seeds = SCALES[scale].seeds
     return {
         (m, st, s): with_seeds(config(m, st, s, scale), seeds) for st in settings for s in s_values for m in methods
     }
@@ -502,7 +516,7 @@ def plot_learning_curves(runs: dict, setting: int, s_values, methods, scale: str
 
 
 def ablation_grid(scale: str) -> dict:
-    seeds = SCALES[scale]["ablation_seeds"]
+    seeds = SCALES[scale].ablation_seeds
     return {name: with_seeds(config("fedgpa", 1, 20, scale, hyper=hp), seeds) for name, (hp, _) in ABLATION.items()}
 
 
@@ -543,7 +557,7 @@ def protocol(scale: str) -> tuple[list[dict], str]:
 
 
 def mu_sweep_grid(s_values, scale: str) -> dict:
-    seeds = SCALES[scale]["sweep_seeds"]
+    seeds = SCALES[scale].sweep_seeds
     return {
         (s, mu): with_seeds(config("fedgpa", 3, s, scale, hyper={"mu": mu}), seeds) for s in s_values for mu in MU_SWEEP
     }
@@ -557,7 +571,7 @@ def mu_sweep(s_values, scale: str, store: str | None = None) -> tuple[dict, dict
 
 def s_sweep(methods, scale: str, s_grid=(0, 20, 50, 80)) -> tuple[dict, dict]:
     """Accuracy against the skew s, Setting 1 (cf. Fig. 5): ({method: {s: (mean, std, n)}}, runs)."""
-    seeds = SCALES[scale]["sweep_seeds"]
+    seeds = SCALES[scale].sweep_seeds
     runs = run_grid({(m, s): with_seeds(config(m, 1, s, scale), seeds) for m in methods for s in s_grid},
                     desc="s sweep", progress=False)
     return {m: {s: mean_std(runs[(m, s)]) for s in s_grid} for m in methods}, runs
@@ -624,11 +638,11 @@ def plot_weights(runs: dict, s_values) -> tuple:
 def reference_note() -> str:
     """What the reference scale is, as a share of the paper's training."""
     ref, paper = SCALES["reference"], SCALES["paper"]
-    share = ref["rounds"] * ref["local_epochs"] / (paper["rounds"] * paper["local_epochs"])
-    return (f"the paper's protocol (20 clients, full n, E = {ref['local_epochs']}, batch 50, SGD lr 0.02) stopped "
-            f"at round {ref['rounds']} of {paper['rounds']}: {100 * share:.1f}% of the paper's training steps, "
-            f"seeds {ref['seeds']}. No method of this chapter depends on the number of rounds, so each reference run "
-            f"is the first {ref['rounds']} rounds of the paper-scale run of its seed")
+    share = ref.rounds * ref.local_epochs / (paper.rounds * paper.local_epochs)
+    return (f"the paper's protocol (20 clients, full n, E = {ref.local_epochs}, batch 50, SGD lr 0.02) stopped "
+            f"at round {ref.rounds} of {paper.rounds}: {100 * share:.1f}% of the paper's training steps, "
+            f"seeds {ref.seeds}. No method of this chapter depends on the number of rounds, so each reference run "
+            f"is the first {ref.rounds} rounds of the paper-scale run of its seed")
 
 
 def value_at(record: dict, rnd: int, metric: str = METRIC) -> float | None:

@@ -8,6 +8,7 @@ protocol follows the official code's defaults (../shared/specs/fedmate.md, secti
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     set_runtime,
     with_seeds,
 )
-from fedlib.studies.grid import Scales, convergence_grid
+from fedlib.studies.grid import Budget, Scales, convergence_grid
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import balanced, fmt_of, local
 
@@ -79,26 +80,45 @@ ANALOGUE = {"fmnist": ("cifar10", "CIFAR-10"), "mnist": ("emnist", "EMNIST")}
 # Book scale: batch 10 (at 50 a client of 60 samples made 2 steps a round and every Table 1 model stayed below
 # twice chance) at a learning rate chosen on a held-out split (results/tuning/fedmate.json); Table 1 keeps two
 # FMNIST cells (MNIST s = 10 is paper scale only) so that the larger batch count fits the book's budget.
+
+@dataclass(frozen=True, kw_only=True)
+class MateBudget(Budget):
+    """This chapter's budget at one scale (``SCALES``)."""
+    clients: int
+    n: int
+    cls_epochs: int
+    epochs: int
+    eval_every: int
+    headline_seeds: list[int]
+    table2_seeds: list[int]
+    repeat_seeds: list[int]
+    table1_cells: list[tuple[str, int]]
+    table2_datasets: list[str]
+    repeat: list[float]
+    global_test: int | None
+    lr: float
+    batch: int
+
+
 SCALES = Scales(
-    ci=dict(clients=6, n=60, rounds=2, cls_epochs=1, epochs=1, eval_every=1, headline_seeds=[0], seeds=[0],
-            table2_seeds=[0], repeat_seeds=[0],
-            table1_cells=[("fmnist", 10), ("mnist", 10)], table2_datasets=["fmnist"], repeat=[0.25],
-            global_test=1000, lr=0.01, batch=50),
-    book=dict(clients=20, n=60, rounds=6, cls_epochs=1, epochs=1, eval_every=6, headline_seeds=[0, 1, 2], seeds=[0],
-            table2_seeds=[0], repeat_seeds=[0],
-            table1_cells=[("fmnist", 10), ("fmnist", 70)], table2_datasets=["fmnist"],
-            repeat=[0.1, 0.5], global_test=1000, lr=0.1, batch=10),
+    ci=MateBudget(clients=6, n=60, rounds=2, cls_epochs=1, epochs=1, eval_every=1, headline_seeds=[0], seeds=[0],
+                  table2_seeds=[0], repeat_seeds=[0], table1_cells=[("fmnist", 10), ("mnist", 10)],
+                  table2_datasets=["fmnist"], repeat=[0.25], global_test=1000, lr=0.01, batch=50),
+    book=MateBudget(clients=20, n=60, rounds=6, cls_epochs=1, epochs=1, eval_every=6, headline_seeds=[0, 1, 2],
+                    seeds=[0], table2_seeds=[0], repeat_seeds=[0], table1_cells=[("fmnist", 10), ("fmnist", 70)],
+                    table2_datasets=["fmnist"], repeat=[0.1, 0.5], global_test=1000, lr=0.1, batch=10),
     # seeds 3 and 4 of Table 2 and of Fig. 5 were added after their 3-seed verdicts came out inconclusive
     # (``claims.assess``: a second look)
-    reference=dict(clients=20, n=600, rounds=40, cls_epochs=1, epochs=2, eval_every=5, headline_seeds=[0, 1, 2],
-            seeds=[0, 1, 2], table2_seeds=[0, 1, 2, 3, 4], repeat_seeds=[0, 1, 2, 3, 4],
-            table1_cells=[("fmnist", 10), ("fmnist", 70)], table2_datasets=["fmnist"], repeat=[0.1, 0.5],
-            global_test=None, lr=0.01, batch=50),
-    paper=dict(clients=20, n=600, rounds=200, cls_epochs=1, epochs=5, eval_every=10, headline_seeds=[0, 1, 2],
-            seeds=[0, 1, 2], table2_seeds=[0, 1, 2], repeat_seeds=[0, 1, 2],
-            table1_cells=[("fmnist", 10), ("fmnist", 30), ("fmnist", 50), ("fmnist", 70), ("mnist", 10),
-            ("mnist", 70)], table2_datasets=["fmnist", "mnist"], repeat=[0.1, 0.25, 0.35, 0.5],
-            global_test=None, lr=0.01, batch=50),
+    reference=MateBudget(clients=20, n=600, rounds=40, cls_epochs=1, epochs=2, eval_every=5, headline_seeds=[0, 1, 2],
+                         seeds=[0, 1, 2], table2_seeds=[0, 1, 2, 3, 4], repeat_seeds=[0, 1, 2, 3, 4],
+                         table1_cells=[("fmnist", 10), ("fmnist", 70)], table2_datasets=["fmnist"], repeat=[0.1, 0.5],
+                         global_test=None, lr=0.01, batch=50),
+    paper=MateBudget(clients=20, n=600, rounds=200, cls_epochs=1, epochs=5, eval_every=10, headline_seeds=[0, 1, 2],
+                     seeds=[0, 1, 2], table2_seeds=[0, 1, 2], repeat_seeds=[0, 1, 2],
+                     table1_cells=[("fmnist", 10), ("fmnist", 30), ("fmnist", 50), ("fmnist", 70), ("mnist", 10),
+                                   ("mnist", 70)],
+                     table2_datasets=["fmnist", "mnist"], repeat=[0.1, 0.25, 0.35, 0.5], global_test=None, lr=0.01,
+                     batch=50),
 )
 # the book's learning rate is chosen with this run (``python -m fedlib tune fedmate``)
 TUNING = dict(method="fedavg_ft", args=dict(dataset="fmnist", s=10), metric="personal_global_acc")
@@ -108,10 +128,10 @@ def scale_summary(scale: str) -> str:
     """What the chapter trains at ``scale`` next to what the paper trains (printed by the notebook's set-up)."""
     sc = SCALES[scale]
     return "\n".join([
-        f"scale {scale}: {sc['clients']} clients of {sc['n']} samples, {sc['rounds']} rounds, classifier phase "
-        f"{sc['cls_epochs']} epoch + {sc['epochs']} extractor epochs, seeds {sc['headline_seeds']} (Table 1), "
-        f"{sc['table2_seeds']} (Table 2), {sc['repeat_seeds']} (Fig. 5), {sc['seeds']} (the rest), "
-        f"batch {sc['batch']}, SGD lr {sc['lr']}",
+        f"scale {scale}: {sc.clients} clients of {sc.n} samples, {sc.rounds} rounds, classifier phase "
+        f"{sc.cls_epochs} epoch + {sc.epochs} extractor epochs, seeds {sc.headline_seeds} (Table 1), "
+        f"{sc.table2_seeds} (Table 2), {sc.repeat_seeds} (Fig. 5), {sc.seeds} (the rest), "
+        f"batch {sc.batch}, SGD lr {sc.lr}",
         "official code: 20 clients of 600 samples, 200 rounds, 1 + 5 epochs, batch 50, SGD lr 0.01, momentum 0.5, "
         "weight decay 5e-4; the paper states none of these",
     ])
@@ -125,21 +145,21 @@ def config(method: str, dataset: str, scale: str, s: float | None = None, shards
     head for the classifier-phase epochs first."""
     sc = SCALES[scale]
     if shards:
-        part = {"name": "shards", "s": shards, "per_class": sc["n"] * sc["clients"] // 10}
+        part = {"name": "shards", "s": shards, "per_class": sc.n * sc.clients // 10}
     else:
-        part = {"name": "skew", "s": s, "n": sc["n"], "k": 3}
+        part = {"name": "skew", "s": s, "n": sc.n, "k": 3}
     if repeat:
         part["repeat"] = repeat
     hp = {
-        "fedmate": {"cls_epochs": sc["cls_epochs"]},
-        "fedrep": {"head_epochs": sc["cls_epochs"], "body_epochs": sc["epochs"]},
-        "fedpac": {"head_epochs": sc["cls_epochs"]},
+        "fedmate": {"cls_epochs": sc.cls_epochs},
+        "fedrep": {"head_epochs": sc.cls_epochs, "body_epochs": sc.epochs},
+        "fedpac": {"head_epochs": sc.cls_epochs},
     }.get(method, {})
     hp.update(hyper or {})
-    return make_config(method=method, dataset=dataset, partition=part, num_clients=sc["clients"], rounds=sc["rounds"],
-                       local_epochs=sc["epochs"], batch_size=sc["batch"], lr=sc["lr"], momentum=0.5, weight_decay=5e-4,
-                       eval_every=sc["eval_every"], hyper=hp, seed=seed, eval_personal_global=True,
-                       global_test_size=sc["global_test"], device=RUNTIME["device"], executor=RUNTIME["executor"])
+    return make_config(method=method, dataset=dataset, partition=part, num_clients=sc.clients, rounds=sc.rounds,
+                       local_epochs=sc.epochs, batch_size=sc.batch, lr=sc.lr, momentum=0.5, weight_decay=5e-4,
+                       eval_every=sc.eval_every, hyper=hp, seed=seed, eval_personal_global=True,
+                       global_test_size=sc.global_test, device=RUNTIME["device"], executor=RUNTIME["executor"])
 
 
 def ablation_config(row: str, dataset: str, s: float, scale: str, seed: int = 0) -> Config:
@@ -279,7 +299,7 @@ FIG_METHODS = ["fedfa", "fedpac", "fedproto", "fedmate"]
 
 
 def balanced_test(scale: str) -> str:
-    size = SCALES[scale]["global_test"] or "all"
+    size = SCALES[scale].global_test or "all"
     return balanced(f"each client's personalized model on the balanced test set ({size} images)")
 
 
@@ -290,8 +310,8 @@ def _table1_config(row: str, cell, scale: str, seed: int) -> Config:
 
 def table1_grid(scale: str) -> dict:
     sc = SCALES[scale]
-    return {(cell, r): [_table1_config(r, cell, scale, seed) for seed in sc["headline_seeds"]]
-            for cell in sc["table1_cells"] for r in TABLE1 + list(ABLATION)}
+    return {(cell, r): [_table1_config(r, cell, scale, seed) for seed in sc.headline_seeds]
+            for cell in sc.table1_cells for r in TABLE1 + list(ABLATION)}
 
 
 def table1(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
@@ -307,7 +327,7 @@ def table1_rows(table: dict, scale: str) -> list[dict]:
     rows = []
     for r in TABLE1 + list(ABLATION):
         row: dict[str, Any] = {"method": LABELS.get(r, r)}
-        for (ds, s) in SCALES[scale]["table1_cells"]:
+        for (ds, s) in SCALES[scale].table1_cells:
             key, name = ANALOGUE[ds]
             row[f"{ds.upper()} s={s}"] = fmt_of(table.get((ds, s), {}).get(r, []), "personal_global_acc")
             row[f"paper {name} s={s}"] = PAPER_T1[r].get((key, s), "-")
@@ -344,7 +364,7 @@ def protocol(scale: str) -> tuple[list[dict], str]:
 def table2_grid(scale: str) -> dict:
     sc = SCALES[scale]
     return {
-        (ds, m): with_seeds(config(m, ds, scale, shards=3), sc["table2_seeds"]) for ds in sc["table2_datasets"]
+        (ds, m): with_seeds(config(m, ds, scale, shards=3), sc.table2_seeds) for ds in sc.table2_datasets
         for m in TABLE2
     }
 
@@ -358,7 +378,7 @@ def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     rows = []
     for m in TABLE2:
         row: dict[str, Any] = {"method": LABELS[m]}
-        for ds in sc["table2_datasets"]:
+        for ds in sc.table2_datasets:
             row[f"{ds.upper()}"] = fmt(mean_std(table[ds][m], "personal_local_acc"))
         row["paper CIFAR-10"], row["paper CINIC-10"] = PAPER_T2[m][0], PAPER_T2[m][1]
         rows.append(row)
@@ -371,7 +391,7 @@ def classwise(scale: str, methods=FIG_METHODS) -> tuple[dict, dict]:
     from fedlib.experiment import trained
     from fedlib.metrics import per_class_recall
 
-    rounds = SCALES[scale]["rounds"]
+    rounds = SCALES[scale].rounds
     recall, points = {}, {}
     for m in methods:
         federation = trained(config(m, "fmnist", scale, s=20))
@@ -421,8 +441,8 @@ def plot_prototypes(points: dict):
 
 def repeat_grid(scale: str) -> dict:
     sc = SCALES[scale]
-    return {(m, r): with_seeds(config(m, "fmnist", scale, s=50, repeat=r), sc["repeat_seeds"])
-            for m in REPEAT_METHODS for r in sc["repeat"]}
+    return {(m, r): with_seeds(config(m, "fmnist", scale, s=50, repeat=r), sc.repeat_seeds)
+            for m in REPEAT_METHODS for r in sc.repeat}
 
 
 def repeat_sweep(scale: str, store: str | None = None) -> tuple[dict, dict]:
@@ -448,7 +468,7 @@ def plot_repeat(repeat: dict, scale: str):
 
 
 def communication_grid(scale: str) -> dict:
-    seeds = SCALES[scale]["seeds"]
+    seeds = SCALES[scale].seeds
     return {"with": with_seeds(config("fedmate", "fmnist", scale, s=10, hyper={"cft_x": 0.05}), seeds),
             "without": with_seeds(config("fedmate", "fmnist", scale, s=10, hyper={"cft": False}), seeds)}
 
@@ -479,7 +499,7 @@ def tables(scale: str) -> dict:
     out = {"table1": table1_grid(scale), "table2": table2_grid(scale), "repeat": repeat_grid(scale),
            "communication": communication_grid(scale)}
     if scale == "reference":   # the evidence first: it says what the budget can decide
-        first, last = SCALES[scale]["table1_cells"][0], SCALES[scale]["table1_cells"][-1]
+        first, last = SCALES[scale].table1_cells[0], SCALES[scale].table1_cells[-1]
         out = {"convergence": convergence_grid({m: out["table1"][(first, m)] for m in CONVERGENCE}), **out}
         # the comparison that decides Table 1 at 3x the rounds: FedMate and FedPAC at s = 70
         out["table1@3x"] = convergence_grid({(last, m): out["table1"][(last, m)] for m in CONVERGENCE})

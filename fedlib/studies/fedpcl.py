@@ -5,6 +5,7 @@ Paper numbers are transcribed from Tan et al. (NeurIPS 2022), Tables 1, 2, 4, 5 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from fedlib.experiment import Config, make_config
 from fedlib.plots import chance_line
 from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Sentence, Statistic, versus
 from fedlib.studies.common import RUNTIME, fmt, mean_std, method_labels, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
-from fedlib.studies.grid import Scales
+from fedlib.studies.grid import Budget, Scales
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import local
 
@@ -52,15 +53,28 @@ PAPER_T1 = {"from scratch (ResNet18)": ("11M", 0.95, 31.75), "1 pre-trained mode
 # headline_seeds: Table 2's; check_seeds: the checks paired with Table 2 by seed (readings, the collapse diagnostic,
 # the official head, the official data regime); at paper scale seeds 3 and 4 joined Table 2 after its first verdicts
 PAPER_CHECK_SEEDS = [0, 1, 2]
-PAPER_SCALE = dict(n_train=2000, n_test=500, rounds=50, headline_seeds=[0, 1, 2, 3, 4], check_seeds=PAPER_CHECK_SEEDS,
-                   seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], clients=[5, 10, 20, 40, 80])
+
+@dataclass(frozen=True, kw_only=True)
+class PclBudget(Budget):
+    """This chapter's budget at one scale (``SCALES``)."""
+    n_train: int
+    n_test: int
+    headline_seeds: list[int]
+    check_seeds: list[int]
+    sweep_seeds: list[int]
+    clients: list[int]
+
+
+PAPER_SCALE = PclBudget(n_train=2000, n_test=500, rounds=50, headline_seeds=[0, 1, 2, 3, 4],
+                        check_seeds=PAPER_CHECK_SEEDS, seeds=[0, 1, 2], sweep_seeds=[0, 1, 2],
+                        clients=[5, 10, 20, 40, 80])
 HEADLINE_KEYS = 2   # leading label columns of the headline rows the Results overview shows
 
 SCALES = Scales(
-    ci=dict(n_train=60, n_test=30, rounds=2, headline_seeds=[0], check_seeds=[0], seeds=[0], sweep_seeds=[0],
-            clients=[5, 10, 20]),
-    book=dict(n_train=400, n_test=200, rounds=6, headline_seeds=[0, 1, 2], check_seeds=[0, 1, 2], seeds=[0, 1],
-              sweep_seeds=[0], clients=[5, 20, 80]),
+    ci=PclBudget(n_train=60, n_test=30, rounds=2, headline_seeds=[0], check_seeds=[0], seeds=[0], sweep_seeds=[0],
+                 clients=[5, 10, 20]),
+    book=PclBudget(n_train=400, n_test=200, rounds=6, headline_seeds=[0, 1, 2], check_seeds=[0, 1, 2], seeds=[0, 1],
+                   sweep_seeds=[0], clients=[5, 20, 80]),
     reference=PAPER_SCALE,   # the paper's budget already runs on the CPU (heads on cached backbone features)
     paper=PAPER_SCALE,
 )
@@ -80,8 +94,8 @@ def scale_summary(scale: str) -> str:
     """What the chapter trains at ``scale`` next to what the paper trains (printed by the notebook's set-up)."""
     sc = SCALES[scale]
     return "\n".join([
-        f"scale {scale}: {sc['n_train']} train / {sc['n_test']} test images per domain, {sc['rounds']} rounds, E = 1, "
-        f"seeds {sc['headline_seeds']} (Table 2), {sc['seeds']} (Tables 1, 4-6), {sc['sweep_seeds']} (sweeps); "
+        f"scale {scale}: {sc.n_train} train / {sc.n_test} test images per domain, {sc.rounds} rounds, E = 1, "
+        f"seeds {sc.headline_seeds} (Table 2), {sc.seeds} (Tables 1, 4-6), {sc.sweep_seeds} (sweeps); "
         f"all scales: Adam lr 1e-3, weight decay 1e-4, batch 32, tau 0.07",
     ])
 
@@ -98,17 +112,17 @@ def config(method: str, setting: str, backbones, scale: str, seed: int = 0, hype
     return make_config(
         method=method,
         dataset="digit4",
-        data_options={"n_train": n_train or sc["n_train"], "n_test": sc["n_test"]},
+        data_options={"n_train": n_train or sc.n_train, "n_test": sc.n_test},
         backbones=list(backbones) if backbones else None,
         partition=dict(partition or spec),
         num_clients=num_clients or clients,
-        rounds=rounds or sc["rounds"],
+        rounds=rounds or sc.rounds,
         local_epochs=1,
         batch_size=32,
         lr=1e-3,
         optimizer="adam",
         weight_decay=1e-4,
-        eval_every=eval_every or max(1, (rounds or sc["rounds"]) // 5),
+        eval_every=eval_every or max(1, (rounds or sc.rounds) // 5),
         metrics=list(metrics or []),
         hyper=dict(hyper or {}),
         seed=seed,
@@ -372,7 +386,7 @@ def table2_grid(scale: str, n_train: int | None = None, seeds: list[int] | None 
     """Table 2 (feature shift, 4 clients): {(backbones "s"|"m", method): configs over ``seeds``}; ``n_train``:
     training images per domain (default: the scale's; ``FEW_SHOT``: the official code's regime, a check). ``seeds``
     default: the headline seeds in the scale's regime, the check seeds in the official one."""
-    seeds = seeds or SCALES[scale]["headline_seeds" if n_train is None else "check_seeds"]
+    seeds = seeds or (SCALES[scale].headline_seeds if n_train is None else SCALES[scale].check_seeds)
     return {(bb, m): with_seeds(config(m, "feature shift", bbs, scale, n_train=n_train), seeds)
             for bb, bbs in (("s", SINGLE), ("m", MULTI)) for m in METHODS}
 
@@ -414,13 +428,13 @@ def label_shift_grid(scale: str, official: bool = False) -> dict:
         hyper = {"loss": "pcl_official"} if official else None
         return with_seeds(config(m, "label shift", MULTI, scale, partition={"name": "dirichlet", "alpha": alpha,
                                                                            "min_size": 2}, num_clients=n,
-                                 hyper=hyper), sc["sweep_seeds"])
+                                 hyper=hyper), sc.sweep_seeds)
 
     if official:
         return {**{("alpha", OFFICIAL_ROW, a): cfgs("fedpcl", a, 10) for a in ALPHAS},
-                **{("clients", OFFICIAL_ROW, n): cfgs("fedpcl", 1.0, n) for n in sc["clients"]}}
+                **{("clients", OFFICIAL_ROW, n): cfgs("fedpcl", 1.0, n) for n in sc.clients}}
     grid = {("alpha", m, a): cfgs(m, a, 10) for m in ["fedpcl", "fedrep", "local"] for a in ALPHAS}
-    grid.update({("clients", m, n): cfgs(m, 1.0, n) for m in ["fedpcl", "fedavg"] for n in sc["clients"]})
+    grid.update({("clients", m, n): cfgs(m, 1.0, n) for m in ["fedpcl", "fedavg"] for n in sc.clients})
     return grid
 
 
@@ -464,13 +478,13 @@ def plot_label_shift(alpha_res: dict, client_res: dict, scale: str):
     axes[1].set_xlabel("number of clients (alpha = 1)")
     for ax in axes:
         chance_line(ax)
-    fig.suptitle(f"label shift on digit4, scale {scale}, seeds {SCALES[scale]['sweep_seeds']}")
+    fig.suptitle(f"label shift on digit4, scale {scale}, seeds {SCALES[scale].sweep_seeds}")
     fig.tight_layout()
     return fig
 
 
 def table4_grid(scale: str) -> dict:
-    seeds = SCALES[scale]["seeds"]
+    seeds = SCALES[scale].seeds
     return {name: with_seeds(config("fedpcl", "feature & label shift", bbs, scale), seeds)
             for name, bbs in BACKBONE_SETS.items()}
 
@@ -486,7 +500,7 @@ def table4(scale: str) -> tuple[list[dict], dict]:
 
 
 def table5_grid(scale: str) -> dict:
-    seeds = SCALES[scale]["seeds"]
+    seeds = SCALES[scale].seeds
     return {loss: with_seeds(config("fedpcl", "feature & label shift", MULTI, scale, hyper={"loss": loss}), seeds)
             for loss in NAMES_T5}
 
@@ -503,7 +517,7 @@ def table5_rows(runs: dict, scale: str) -> list[dict]:
 
 
 def table6_grid(scale: str) -> dict:
-    seeds = SCALES[scale]["seeds"]
+    seeds = SCALES[scale].seeds
     return {(label, setting): with_seeds(config("fedpcl", setting, MULTI, scale, hyper=hp), seeds)
             for label, hp in VARIANTS_T6.items() for setting in SETTINGS}
 
@@ -577,7 +591,7 @@ def plot_backbone_similarity(scale: str):
 
 
 def noise_grid(scale: str) -> dict:
-    seeds = SCALES[scale]["sweep_seeds"]
+    seeds = SCALES[scale].sweep_seeds
     return {s: with_seeds(config("fedpcl", "feature shift", MULTI, scale, hyper={"noise": s}), seeds) for s in NOISE}
 
 
@@ -591,7 +605,7 @@ def table1(table2_runs: dict, scale: str) -> tuple[list[dict], list]:
     """Table 1 analogue: FedAvg from scratch (cnn3) against FedAvg on 1 and 3 frozen backbones."""
     import numpy as np
 
-    seeds = SCALES[scale]["seeds"]
+    seeds = SCALES[scale].seeds
     scratch = run_all(with_seeds(config("fedavg", "feature shift", None, scale, model="cnn3"), seeds), progress=False)
     modes = (("from scratch (cnn3)", scratch, "from scratch (ResNet18)"),
              ("1 frozen backbone", table2_runs[("s", "fedavg")], "1 pre-trained model"),
@@ -641,14 +655,14 @@ READING_LABELS = {"pcl": "as printed: L_g + L_p (Eq. 10)", "pcl_infonce": "InfoN
 def reading_grid(scale: str, n_train: int | None = None, bb: str = "m") -> dict:
     """FedPCL under feature shift in each reading of ``READINGS`` (a reading check) with Table 2's backbone set
     ``bb`` ("m": three, "s": one); ``n_train`` as in ``table2_grid``. The printed reading is Table 2's FedPCL run."""
-    seeds = SCALES[scale]["check_seeds"]
+    seeds = SCALES[scale].check_seeds
     return {name: with_seeds(config("fedpcl", "feature shift", BACKBONE_SET[bb], scale, hyper=hyper, model=model,
                                     n_train=n_train), seeds)
             for name, (hyper, model) in READINGS.items()}
 
 
 # the data regimes Table 2 runs in: this chapter's (the scale's images per domain) and the official code's
-REGIMES = {f"{PAPER_SCALE['n_train']:,} per domain": None, f"{FEW_SHOT} per domain (official)": FEW_SHOT}
+REGIMES = {f"{PAPER_SCALE.n_train:,} per domain": None, f"{FEW_SHOT} per domain (official)": FEW_SHOT}
 
 
 def table2_baselines(n_train: int | None) -> dict[str, dict[str, list[dict]]]:
@@ -767,7 +781,7 @@ COLLAPSE_EVERY = 2   # rounds between evaluations of the collapse diagnostic (25
 def collapse_grid(scale: str) -> dict:
     """The reading check again, recording the collapse diagnostic (the ``collapse`` metric set: the shares of the
     local test images predicted as class 0 and with an all-zero embedding) every ``COLLAPSE_EVERY`` rounds."""
-    seeds = SCALES[scale]["check_seeds"]
+    seeds = SCALES[scale].check_seeds
     return {name: with_seeds(config("fedpcl", "feature shift", MULTI, scale, hyper=hyper, model=model,
                                     metrics=["collapse"], eval_every=COLLAPSE_EVERY), seeds)
             for name, (hyper, model) in READINGS.items()}
@@ -828,7 +842,7 @@ OFFICIAL_HEAD = ("local", "fedavg")   # the baselines the issue's few-shot check
 def official_head_grid(scale: str, n_train: int | None = None) -> dict:
     """Solo and FedAvg of Table 2 (both backbone sets) with the official code's classifier for baselines
     (``models.projection_official_head``: logits normalize(relu(fc z))), beside Table 2's linear head."""
-    seeds = SCALES[scale]["check_seeds"]
+    seeds = SCALES[scale].check_seeds
     return {(bb, m): with_seeds(config(m, "feature shift", bbs, scale, model="projection_official_head",
                                        n_train=n_train), seeds)
             for bb, bbs in (("s", SINGLE), ("m", MULTI)) for m in OFFICIAL_HEAD}
@@ -841,7 +855,7 @@ def official_head_rows() -> tuple[list[dict], list[dict]]:
     from fedlib.studies.common import stored_grid
 
     rows, records = [], []
-    for regime, n_train in ((f"{PAPER_SCALE['n_train']} images per domain", None),
+    for regime, n_train in ((f"{PAPER_SCALE.n_train} images per domain", None),
                             (f"official: {FEW_SHOT} per domain", FEW_SHOT)):
         heads, table2 = official_head_grid("paper", n_train), table2_grid("paper", n_train, PAPER_CHECK_SEEDS)
         linear = stored_grid("fedpcl", {k: table2[k] for k in heads})
@@ -861,7 +875,7 @@ def official_head_lines() -> list[str]:
     from fedlib.studies.common import stored_grid
 
     lines = []
-    for regime, n_train in ((f"{PAPER_SCALE['n_train']} images per domain", None),
+    for regime, n_train in ((f"{PAPER_SCALE.n_train} images per domain", None),
                             (f"the official regime ({FEW_SHOT} per domain)", FEW_SHOT)):
         linear = stored_grid("fedpcl", table2_grid("paper", n_train, PAPER_CHECK_SEEDS))
         official = stored_grid("fedpcl", official_head_grid("paper", n_train))

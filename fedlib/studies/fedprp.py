@@ -8,6 +8,7 @@ analogue: no 100- or 200-class dataset is available without a download.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     set_runtime,
     with_seeds,
 )
-from fedlib.studies.grid import Scales, convergence_grid
+from fedlib.studies.grid import Budget, Scales, convergence_grid
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import balanced, fmt_of, local
 from fedlib.studies.timing import TABLE as TIMED
@@ -91,6 +92,30 @@ PAPER_T8 = {"baseline (CE only)": (False, False, 60.95, 60.83), "w/o L_ID": (Fal
             "w/o L_IC": (True, False, 73.54, 72.83), "FedPRP": (True, True, 79.73, None)}
 PAPER_BETA = "Fig. 7: beta = 0.9 above beta = 0.1 (CIFAR-100 Many +6.89)"
 
+
+@dataclass(frozen=True, kw_only=True)
+class PrpBudget(Budget):
+    """This chapter's budget at one scale (``SCALES``)."""
+    clients: int
+    fraction: float
+    per_class: int | None
+    head: int
+    body: int
+    eval_every: int
+    sweep_seeds: list[int]
+    beta_seeds: list[int]
+    new_clients: int
+    datasets: list[str]
+    gammas: list[float]
+    creff: dict[str, int]
+    fedic: dict[str, int]
+    server_per_class: int
+    headline_seeds: list[int]
+    dataset_seeds: dict[str, list[int]]
+    lr: float
+    batch: int
+
+
 SCALES = Scales(
     # clients, per-round fraction, per-class cap before the long tail, rounds, FedPRP s + t epochs,
     # evaluation cadence, number of evaluations averaged (the paper: last 10 rounds); FEDIC's auxiliary set
@@ -100,27 +125,27 @@ SCALES = Scales(
     # at a learning rate chosen on a held-out split (results/tuning/fedprp.json); CReFF's server schedule 100
     # matching steps and 100 re-training epochs (the official 100 and 300; at 20 and 10 its classifier stayed at
     # chance, A_loc 8.6%)
-    ci=dict(clients=10, fraction=0.4, per_class=100, rounds=2, head=1, body=1, eval_every=1, last=1,
-            seeds=[0], sweep_seeds=[0], beta_seeds=[0], new_clients=2, datasets=["fmnist", "mnist"], gammas=[0.1],
-            creff={"match_epochs": 5, "crt_epochs": 3}, fedic={"server_steps": 5, "distill_steps": 5},
-            server_per_class=10, headline_seeds=[0], dataset_seeds={"fmnist": [0], "mnist": [0]}, lr=0.01, batch=32),
-    book=dict(clients=20, fraction=0.4, per_class=150, rounds=6, head=1, body=2, eval_every=3, last=1,
-            seeds=[0, 1], sweep_seeds=[0], beta_seeds=[0], new_clients=4, datasets=["fmnist", "mnist"], gammas=[0.1],
-            creff={"match_epochs": 100, "crt_epochs": 100},
-            fedic={"server_steps": 10, "distill_steps": 10, "batch_unlabeled": 32},
-            server_per_class=20, headline_seeds=[0, 1, 2], dataset_seeds={"fmnist": [0, 1], "mnist": [0]}, lr=0.02,
-            batch=16),
+    ci=PrpBudget(clients=10, fraction=0.4, per_class=100, rounds=2, head=1, body=1, eval_every=1, last=1, seeds=[0],
+                 sweep_seeds=[0], beta_seeds=[0], new_clients=2, datasets=["fmnist", "mnist"], gammas=[0.1],
+                 creff={"match_epochs": 5, "crt_epochs": 3}, fedic={"server_steps": 5, "distill_steps": 5},
+                 server_per_class=10, headline_seeds=[0], dataset_seeds={"fmnist": [0], "mnist": [0]}, lr=0.01,
+                 batch=32),
+    book=PrpBudget(clients=20, fraction=0.4, per_class=150, rounds=6, head=1, body=2, eval_every=3, last=1,
+                   seeds=[0, 1], sweep_seeds=[0], beta_seeds=[0], new_clients=4, datasets=["fmnist", "mnist"],
+                   gammas=[0.1], creff={"match_epochs": 100, "crt_epochs": 100},
+                   fedic={"server_steps": 10, "distill_steps": 10, "batch_unlabeled": 32}, server_per_class=20,
+                   headline_seeds=[0, 1, 2], dataset_seeds={"fmnist": [0, 1], "mnist": [0]}, lr=0.02, batch=16),
     # reference: seeds 3 and 4 of the comparison and the ablation were added after the 3-seed verdicts of Tables
     # II, III and V came out inconclusive, and of the beta sweep after its own (``claims.assess``: a second look)
-    reference=dict(clients=100, fraction=0.1, per_class=None, rounds=50, head=1, body=5, eval_every=5, last=2,
-            seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], beta_seeds=[0, 1, 2, 3, 4], new_clients=10, datasets=["fmnist"],
-            gammas=[0.1], creff={},
-            fedic={}, server_per_class=100, headline_seeds=[0, 1, 2, 3, 4], dataset_seeds={"fmnist": [0, 1, 2, 3, 4]},
-            lr=0.01, batch=32),
-    paper=dict(clients=100, fraction=0.1, per_class=None, rounds=100, head=5, body=25, eval_every=1, last=10,
-            seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], beta_seeds=[0, 1, 2], new_clients=10, datasets=["fmnist", "mnist"],
-            gammas=[0.1, 0.5, 1.0], creff={}, fedic={}, server_per_class=100, headline_seeds=[0, 1, 2],
-            dataset_seeds={"fmnist": [0, 1, 2], "mnist": [0, 1, 2]}, lr=0.01, batch=32),
+    reference=PrpBudget(clients=100, fraction=0.1, per_class=None, rounds=50, head=1, body=5, eval_every=5, last=2,
+                        seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], beta_seeds=[0, 1, 2, 3, 4], new_clients=10,
+                        datasets=["fmnist"], gammas=[0.1], creff={}, fedic={}, server_per_class=100,
+                        headline_seeds=[0, 1, 2, 3, 4], dataset_seeds={"fmnist": [0, 1, 2, 3, 4]}, lr=0.01, batch=32),
+    paper=PrpBudget(clients=100, fraction=0.1, per_class=None, rounds=100, head=5, body=25, eval_every=1, last=10,
+                    seeds=[0, 1, 2], sweep_seeds=[0, 1, 2], beta_seeds=[0, 1, 2], new_clients=10,
+                    datasets=["fmnist", "mnist"], gammas=[0.1, 0.5, 1.0], creff={}, fedic={}, server_per_class=100,
+                    headline_seeds=[0, 1, 2], dataset_seeds={"fmnist": [0, 1, 2], "mnist": [0, 1, 2]}, lr=0.01,
+                    batch=32),
 )
 # the book's learning rate is chosen with this run (``python -m fedlib tune fedprp``), then lowered:
 # why a book-scale table may show models near chance (show_table's at_chance)
@@ -137,15 +162,15 @@ def scale_summary(scale: str) -> str:
     """What the chapter trains at ``scale`` next to what the paper trains (printed by the notebook's set-up)."""
     sc = SCALES[scale]
     return "\n".join([
-        f"scale {scale}: {sc['clients']} clients, {round(sc['fraction'] * sc['clients'])} per round, "
-        f"{sc['rounds']} rounds, FedPRP s + t = {sc['head']} + {sc['body']} local epochs "
-        f"(every method {sc['head'] + sc['body']}), "
-        f"at most {sc['per_class'] or 'all'} images per class before the long tail, "
-        f"seeds {sc['headline_seeds']} (Table I), {sc['dataset_seeds']} (Tables II, III, V, VIII), "
-        f"{sc['sweep_seeds']} (Table VII), {sc['beta_seeds']} (Fig. 7)",
+        f"scale {scale}: {sc.clients} clients, {round(sc.fraction * sc.clients)} per round, "
+        f"{sc.rounds} rounds, FedPRP s + t = {sc.head} + {sc.body} local epochs "
+        f"(every method {sc.head + sc.body}), "
+        f"at most {sc.per_class or 'all'} images per class before the long tail, "
+        f"seeds {sc.headline_seeds} (Table I), {sc.dataset_seeds} (Tables II, III, V, VIII), "
+        f"{sc.sweep_seeds} (Table VII), {sc.beta_seeds} (Fig. 7)",
         "paper: ResNet-18 on CIFAR-10/100-LT and Tiny-ImageNet, 100 clients (10 per round) or 20 (8 per round), "
         "100 rounds, s + t = 30 epochs, SGD lr 0.01; all scales here: fedlib's cnn2, SGD momentum 0.5, "
-        f"weight decay 1e-4 (the official code), lr {sc['lr']}, batch {sc['batch']} (paper: 0.01, 32)",
+        f"weight decay 1e-4 (the official code), lr {sc.lr}, batch {sc.batch} (paper: 0.01, 32)",
     ])
 
 
@@ -155,10 +180,10 @@ def partition(kind: str, gamma: float, scale: str, value=None, method: str | Non
     spec = {"name": "shards", "s": value or 4} if kind == "shards" else \
         {"name": "dirichlet", "alpha": value or 0.4, "min_size": 2}
     spec["imbalance"] = gamma
-    if sc["per_class"]:
-        spec["per_class"] = sc["per_class"]
+    if sc.per_class:
+        spec["per_class"] = sc.per_class
     if method == "fedic":
-        spec["server"] = sc["server_per_class"]
+        spec["server"] = sc.server_per_class
     return spec
 
 
@@ -178,20 +203,20 @@ def config(
     """FedPRP Section V-A: SGD lr 0.01 (momentum 0.5, weight decay 1e-4: the official code), batch 32,
     t + s local epochs for every method; personalized metrics over the round's participants."""
     sc = SCALES[scale]
-    epochs = sc["head"] + sc["body"]
-    hp = {"fedprp": {"head_epochs": sc["head"], "body_epochs": sc["body"]},
-          "fedrep": {"head_epochs": sc["head"], "body_epochs": sc["body"]},
-          "fedphp": {"ramp": max(1.0, (fraction or sc["fraction"]) * sc["rounds"])},
-          "creff": dict(sc["creff"]), "fedic": dict(sc["fedic"])}.get(method, {})
-    hp.update(hyper or {})
-    num_clients = clients or sc["clients"]
-    extra = dict(late_clients=sc["new_clients"], late_round=sc["rounds"] - 1) if late else {}
+    epochs = sc.head + sc.body
+    own: dict[str, dict] = {"fedprp": {"head_epochs": sc.head, "body_epochs": sc.body},
+                            "fedrep": {"head_epochs": sc.head, "body_epochs": sc.body},
+                            "fedphp": {"ramp": max(1.0, (fraction or sc.fraction) * sc.rounds)},
+                            "creff": dict(sc.creff), "fedic": dict(sc.fedic)}
+    hp = {**own.get(method, {}), **(hyper or {})}
+    num_clients = clients or sc.clients
+    extra = dict(late_clients=sc.new_clients, late_round=sc.rounds - 1) if late else {}
     if late:
-        num_clients += sc["new_clients"]
+        num_clients += sc.new_clients
     return make_config(method=method, dataset=dataset, partition=partition(kind, gamma, scale, value, method),
-                       num_clients=num_clients, fraction=fraction or sc["fraction"], rounds=sc["rounds"],
-                       local_epochs=epochs, batch_size=sc["batch"], lr=sc["lr"], momentum=0.5, weight_decay=1e-4,
-                       eval_every=sc["eval_every"], hyper=hp, seed=seed, metrics=list(METRICS),
+                       num_clients=num_clients, fraction=fraction or sc.fraction, rounds=sc.rounds,
+                       local_epochs=epochs, batch_size=sc.batch, lr=sc.lr, momentum=0.5, weight_decay=1e-4,
+                       eval_every=sc.eval_every, hyper=hp, seed=seed, metrics=list(METRICS),
                        eval_personal_global=True, eval_clients="participants", average_global=True,
                        global_test_size=2000 if scale != "paper" else None, device=RUNTIME["device"],
                        executor=RUNTIME["executor"], **extra)
@@ -201,7 +226,7 @@ def last(records: list[dict], metric: str, scale: str) -> tuple[float, float, in
     """(mean, std, seeds) of the mean of the last evaluations of ``metric`` (the paper: last 10 rounds)."""
     from fedlib.experiment import summarize_runs
 
-    return summarize_runs(records, metrics=(metric,), last=SCALES[scale]["last"])[metric]
+    return summarize_runs(records, metrics=(metric,), last=SCALES[scale].last)[metric]
 
 
 # ---------------------------------------------------------------------- claims of the paper
@@ -415,10 +440,10 @@ KINDS = ("shards", "dirichlet")
 
 def comparison_grid(scale: str) -> dict:
     sc = SCALES[scale]
-    gamma = sc["gammas"][0]
-    seeds = {"shards": {ds: sc["headline_seeds"] for ds in sc["datasets"]}, "dirichlet": sc["dataset_seeds"]}
+    gamma = sc.gammas[0]
+    seeds = {"shards": {ds: sc.headline_seeds for ds in sc.datasets}, "dirichlet": sc.dataset_seeds}
     return {(ds, kind, m): with_seeds(config(m, ds, kind, gamma, scale), seeds[kind][ds])
-            for ds in sc["datasets"] for kind in KINDS for m in METHODS}
+            for ds in sc.datasets for kind in KINDS for m in METHODS}
 
 
 def comparison(scale: str, store: str | None = None) -> dict:
@@ -429,7 +454,7 @@ def comparison(scale: str, store: str | None = None) -> dict:
 
 def _fmt_last(records, metric, scale):
     """``fmt`` of ``last``; "-" where no record has the metric (a cell not recorded yet)."""
-    return fmt_of(records, metric, last=SCALES[scale]["last"])
+    return fmt_of(records, metric, last=SCALES[scale].last)
 
 
 def recorded_tables(runs: dict, scale: str) -> dict[str, tuple[list[dict], list[dict], str]]:
@@ -437,7 +462,7 @@ def recorded_tables(runs: dict, scale: str) -> dict[str, tuple[list[dict], list[
     the records they read, the test set)}."""
     from fedlib.studies.grid import stored_grid
 
-    datasets = SCALES[scale]["datasets"]
+    datasets = SCALES[scale].datasets
     kind_of = {kind: [r for ds in datasets for m in METHODS for r in runs[(ds, kind, m)]] for kind in KINDS}
     table3 = {cell: c["records"] for cell, c in stored_grid("fedprp", table3_grid(scale)).items()}
     return {"Table I": (table1_rows(runs, scale), kind_of["shards"], A_LOC),
@@ -449,7 +474,7 @@ def recorded_tables(runs: dict, scale: str) -> dict[str, tuple[list[dict], list[
 
 def table1_rows(runs: dict, scale: str) -> list[dict]:
     """Table I: A_loc under sharding on both datasets, A_loc under the official code's protocol, the paper."""
-    datasets = SCALES[scale]["datasets"]
+    datasets = SCALES[scale].datasets
     rows = []
     for m in METHODS:
         row: dict[str, Any] = {"method": LABELS[m]}
@@ -464,7 +489,7 @@ def table1_rows(runs: dict, scale: str) -> list[dict]:
 
 def table2_rows(runs: dict, scale: str) -> list[dict]:
     """Tables II and V: A_glo and A_sel under Dirichlet skew, the paper beside."""
-    datasets = SCALES[scale]["datasets"]
+    datasets = SCALES[scale].datasets
     rows = []
     for m in METHODS:
         row: dict[str, Any] = {"method": LABELS[m]}
@@ -480,7 +505,7 @@ def table2_rows(runs: dict, scale: str) -> list[dict]:
 
 def table3_rows(runs: dict, scale: str) -> list[dict]:
     """Table III: the global model on all classes and on the Many / Medium / Few groups (first dataset)."""
-    ds = SCALES[scale]["datasets"][0]
+    ds = SCALES[scale].datasets[0]
     rows = []
     for kind in KINDS:
         for m in [m for m in METHODS if m in PAPER_T3["shards"]]:
@@ -520,7 +545,7 @@ def plot_a_glo(runs: dict, scale: str):
 
     from fedlib.plots import learning_curves
 
-    ds = SCALES[scale]["datasets"][0]
+    ds = SCALES[scale].datasets[0]
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6), sharey=True)
     for ax, kind in zip(axes, KINDS):
         learning_curves({LABELS[m]: runs[(ds, kind, m)] for m in METHODS}, metric="a_glo", ax=ax,
@@ -548,7 +573,7 @@ def protocol(scale: str) -> tuple[list[dict], str]:
     from fedlib.studies.settings import protocol_rows
 
     sc = SCALES[scale]
-    return protocol_rows({LABELS[m]: config(m, sc["datasets"][0], "shards", sc["gammas"][0], scale) for m in METHODS},
+    return protocol_rows({LABELS[m]: config(m, sc.datasets[0], "shards", sc.gammas[0], scale) for m in METHODS},
                          {"A_glo": "global_global", "A_loc": "personal_global", "A_sel": "personal_local"})
 
 
@@ -560,8 +585,8 @@ T3_GAMMA, T3_CLIENTS, T3_FRACTION = 0.05, 20, 0.4
 
 def late_clients_grid(scale: str) -> dict:
     sc = SCALES[scale]
-    ds = sc["datasets"][0]
-    return {m: with_seeds(config(m, ds, "shards", T78_GAMMA, scale, value=T78_S, late=True), sc["sweep_seeds"])
+    ds = sc.datasets[0]
+    return {m: with_seeds(config(m, ds, "shards", T78_GAMMA, scale, value=T78_S, late=True), sc.sweep_seeds)
             for m in PAPER_T7}
 
 
@@ -569,9 +594,9 @@ def table3_grid(scale: str) -> dict:
     """Table III in the paper's configuration: every method of the table on both partitions of the first dataset
     at gamma = 0.05, 20 clients, 8 a round: {(dataset, partition, method): configs over the scale's seeds}."""
     sc = SCALES[scale]
-    ds = sc["datasets"][0]
+    ds = sc.datasets[0]
     return {(ds, kind, m): with_seeds(config(m, ds, kind, T3_GAMMA, scale, clients=T3_CLIENTS,
-                                             fraction=T3_FRACTION), sc["seeds"])
+                                             fraction=T3_FRACTION), sc.seeds)
             for kind in KINDS for m in PAPER_T3[kind]}
 
 
@@ -588,9 +613,9 @@ def late_clients(scale: str, store: str | None = None) -> tuple[list[dict], dict
 
 def ablation_grid(scale: str) -> dict:
     sc = SCALES[scale]
-    ds = sc["datasets"][0]
+    ds = sc.datasets[0]
     return {row: with_seeds(config("fedprp", ds, "shards", T78_GAMMA, scale, value=T78_S,
-                                   hyper={"use_id": use_id, "use_ic": use_ic}), sc["seeds"])
+                                   hyper={"use_id": use_id, "use_ic": use_ic}), sc.seeds)
             for row, (use_id, use_ic, _, _) in PAPER_T8.items()}
 
 
@@ -606,8 +631,8 @@ def ablation(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
 
 def beta_grid(scale: str) -> dict:
     sc = SCALES[scale]
-    ds, gamma = sc["datasets"][0], sc["gammas"][0]
-    return {beta: with_seeds(config("fedprp", ds, "shards", gamma, scale, hyper={"beta": beta}), sc["beta_seeds"])
+    ds, gamma = sc.datasets[0], sc.gammas[0]
+    return {beta: with_seeds(config("fedprp", ds, "shards", gamma, scale, hyper={"beta": beta}), sc.beta_seeds)
             for beta in (0.1, 0.5, 0.9)}
 
 
@@ -619,7 +644,7 @@ def beta_sweep(scale: str, store: str | None = None) -> dict:
 def plot_beta(beta_runs: dict, scale: str):
     import matplotlib.pyplot as plt
 
-    ds = SCALES[scale]["datasets"][0]
+    ds = SCALES[scale].datasets[0]
     fig, ax = plt.subplots(figsize=(6, 3.4))
     x = np.arange(4)
     for i, (beta, recs) in enumerate(beta_runs.items()):
@@ -669,10 +694,10 @@ def plot_features(scale: str, methods=("fedavg", "fedprp"), clients: int = 5):
     sc = SCALES[scale]
     fig, axes = plt.subplots(1, len(methods), figsize=(5.5 * len(methods), 4.2))
     for ax, m in zip(np.atleast_1d(axes), methods):
-        federation = trained(config(m, sc["datasets"][0], "shards", sc["gammas"][0], scale))
+        federation = trained(config(m, sc.datasets[0], "shards", sc.gammas[0], scale))
         feats, labels = [], []
         for c in federation.clients[:clients]:
-            ctx = federation.context(federation.task(c, sc["rounds"]))
+            ctx = federation.context(federation.task(c, sc.rounds))
             out = ctx.features(federation.method.eval_params(ctx))
             feats.append(out.z.numpy())
             labels.append(ctx.labels.numpy())
@@ -687,7 +712,7 @@ def plot_features(scale: str, methods=("fedavg", "fedprp"), clients: int = 5):
 
 def cost_rows(runs: dict, scale: str) -> list[dict]:
     """Cf. Table VI: seconds per round and numbers uploaded per client per round (Dirichlet, first dataset)."""
-    ds = SCALES[scale]["datasets"][0]
+    ds = SCALES[scale].datasets[0]
     return [
         {
             "method": LABELS[m],
@@ -711,7 +736,7 @@ def tables(scale: str) -> dict:
            "ablation": ablation_grid(scale), "beta": beta_grid(scale)}
     if scale == "reference":   # the evidence first: it says what the budget can decide
         grid = comparison_grid(scale)
-        ds = SCALES[scale]["datasets"][0]
+        ds = SCALES[scale].datasets[0]
         out = {"convergence": convergence_grid({m: grid[(ds, "shards", m)] for m in CONVERGENCE}), **out}
         # the comparisons that decide Tables I, II, V and VII at 3x the rounds (FedPRP on shards: a convergence run)
         out["comparison@3x"] = convergence_grid({cell: grid[cell] for cell in DECIDING_3X})

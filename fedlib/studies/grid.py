@@ -6,6 +6,8 @@ import dataclasses
 import json
 from collections.abc import Iterator, Mapping
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from fedlib.engine.workers import POOLS, collecting, completed, worker_died
 from fedlib.errors import check
@@ -14,25 +16,36 @@ from fedlib.experiment import Config, read_cached_record, run
 RUNTIME = {"device": "cpu", "executor": "sequential"}
 
 
-class Scales(Mapping):
-    """A chapter's budget per scale: ``fedlib.experiment.SCALES`` ("ci", "book", "reference", "paper"), each a
-    dict with the same keys (checked when the chapter is imported). ``SCALES[name]`` of an unknown name raises
-    a ``ConfigError`` that lists the scales."""
+B = TypeVar("B", bound="Budget")
 
-    def __init__(self, **by_scale: dict):
+
+@dataclass(frozen=True, kw_only=True)
+class Budget:
+    """What a chapter trains at one scale; each chapter subclasses it with the fields its grids read
+    (``FedGPA``: local epochs, the data divisor, the seeds of each table, ...)."""
+    rounds: int
+    seeds: list[int]
+    last: int = 1   # evaluations averaged into a run's final value (FedPRP: the paper's last rounds)
+
+
+class Scales(Mapping[str, B], Generic[B]):
+    """A chapter's budget per scale: ``fedlib.experiment.SCALES`` ("ci", "book", "reference", "paper"), each an
+    instance of the chapter's one ``Budget`` class (checked when the chapter is imported). ``SCALES[name]`` of an
+    unknown name raises a ``ConfigError`` that lists the scales."""
+
+    def __init__(self, **by_scale: B):
         from fedlib.experiment import SCALES as EXPERIMENT_SCALES
 
         if list(by_scale) != list(EXPERIMENT_SCALES):
             raise ValueError(f"a chapter defines the scales {', '.join(EXPERIMENT_SCALES)} in this order, "
                              f"not {', '.join(by_scale)}")
-        keys = {name: set(values) for name, values in by_scale.items()}
-        first = next(iter(keys.values()))
-        for name, k in keys.items():
-            if k != first:
-                raise ValueError(f"scale {name!r} has other keys than the first: {sorted(k ^ first)}")
+        kinds = {type(b) for b in by_scale.values()}
+        if len(kinds) != 1 or not issubclass(next(iter(kinds)), Budget):
+            raise ValueError("every scale's budget is an instance of one Budget class, not "
+                             f"{sorted(k.__name__ for k in kinds)}")
         self._by_scale = by_scale
 
-    def __getitem__(self, scale: str) -> dict:
+    def __getitem__(self, scale: str) -> B:
         check(scale in self._by_scale, "scale", scale, f"one of {', '.join(self._by_scale)}")
         return self._by_scale[scale]
 

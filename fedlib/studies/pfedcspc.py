@@ -8,6 +8,7 @@ analogue and are not substituted.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     set_runtime,
     with_seeds,
 )
-from fedlib.studies.grid import Scales, convergence_grid
+from fedlib.studies.grid import Budget, Scales, convergence_grid
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import balanced, fmt_of, local, majority_floor
 
@@ -101,26 +102,50 @@ REFERENCE_REASONS = {"partition": "a quarter of FMNIST's training images (1,500 
                                   "the paper's steps",
                      "hyper": "the server calibration shortened with the rounds (20 of the paper schedule's 100 "
                               "epochs)"}
+
+@dataclass(frozen=True, kw_only=True)
+class CspcBudget(Budget):
+    """This chapter's budget at one scale (``SCALES``)."""
+    datasets: list[str]
+    clients: int
+    per_class: int | None
+    epochs: int
+    lr: float
+    batch: int
+    eval_every: int
+    headline_seeds: list[int]
+    main_seeds: list[int]
+    sweep_seeds: list[int]
+    server_epochs: int
+    etf_rounds: int
+    kappa: float | None
+    global_test: int | None
+    fig6: list[tuple[int, int]]
+    clusters: list[int]
+    betas: list[float]
+    model: str
+
+
 SCALES = Scales(
-    ci=dict(datasets=["digits"], clients=6, per_class=None, rounds=2, epochs=1, lr=0.05, batch=64, eval_every=1,
-            seeds=[0], headline_seeds=[0], main_seeds=[0], sweep_seeds=[0], server_epochs=2, etf_rounds=1, kappa=None,
-            global_test=None, fig6=[(1, 5)], clusters=[1], betas=[0.5], model="cnn_cspc"),
-    book=dict(datasets=["fmnist"], clients=10, per_class=300, rounds=8, epochs=1, lr=0.03, batch=16, eval_every=2,
-            seeds=[0], headline_seeds=[0, 1, 2], main_seeds=[0], sweep_seeds=[0], server_epochs=5, etf_rounds=2,
-            kappa=0.1, global_test=2000, fig6=[(1, 5), (5, 1)], clusters=[1], betas=[0.5], model="cnn_cspc"),
+    ci=CspcBudget(datasets=["digits"], clients=6, per_class=None, rounds=2, epochs=1, lr=0.05, batch=64, eval_every=1,
+                  seeds=[0], headline_seeds=[0], main_seeds=[0], sweep_seeds=[0], server_epochs=2, etf_rounds=1,
+                  kappa=None, global_test=None, fig6=[(1, 5)], clusters=[1], betas=[0.5], model="cnn_cspc"),
+    book=CspcBudget(datasets=["fmnist"], clients=10, per_class=300, rounds=8, epochs=1, lr=0.03, batch=16, eval_every=2,
+                    seeds=[0], headline_seeds=[0, 1, 2], main_seeds=[0], sweep_seeds=[0], server_epochs=5, etf_rounds=2,
+                    kappa=0.1, global_test=2000, fig6=[(1, 5), (5, 1)], clusters=[1], betas=[0.5], model="cnn_cspc"),
     # seeds 3 and 4 of Table II and the ablations were added after their 3-seed verdicts (HM, Global, CPM, the
     # chain of Table IV) came out inconclusive with every seed's margin of one sign; those of Tables III and VI-VII
     # after theirs came out inconclusive, Table III's with every seed's margin of one sign (``claims.assess``: a
     # second look)
-    reference=dict(datasets=["fmnist"], clients=10, per_class=1500, rounds=30, epochs=2, lr=0.01, batch=64,
-            eval_every=3, seeds=[0, 1, 2, 3, 4], headline_seeds=[0, 1, 2, 3, 4], main_seeds=[0, 1, 2, 3, 4],
-            sweep_seeds=[0, 1, 2], server_epochs=20, etf_rounds=6, kappa=None, global_test=None, fig6=[(1, 1), (5, 1)],
-            clusters=[1, 3], betas=[0.1, 0.5], model="cnn_cspc"),
-    paper=dict(datasets=["fmnist", "mnist"], clients=10, per_class=None, rounds=100, epochs=10, lr=0.01, batch=64,
-            eval_every=1, seeds=[0, 1, 2], headline_seeds=[0, 1, 2], main_seeds=[0, 1, 2], sweep_seeds=[0, 1, 2],
-            server_epochs=100, etf_rounds=20, kappa=None, global_test=None,
-            fig6=[(r, a) for r in (1, 5) for a in (1, 2, 4, 8)], clusters=[1, 3, 5], betas=[0.1, 0.5],
-            model="cnn_cspc"),
+    reference=CspcBudget(datasets=["fmnist"], clients=10, per_class=1500, rounds=30, epochs=2, lr=0.01, batch=64,
+                         eval_every=3, seeds=[0, 1, 2, 3, 4], headline_seeds=[0, 1, 2, 3, 4],
+                         main_seeds=[0, 1, 2, 3, 4], sweep_seeds=[0, 1, 2], server_epochs=20, etf_rounds=6, kappa=None,
+                         global_test=None, fig6=[(1, 1), (5, 1)], clusters=[1, 3], betas=[0.1, 0.5], model="cnn_cspc"),
+    paper=CspcBudget(datasets=["fmnist", "mnist"], clients=10, per_class=None, rounds=100, epochs=10, lr=0.01, batch=64,
+                     eval_every=1, seeds=[0, 1, 2], headline_seeds=[0, 1, 2], main_seeds=[0, 1, 2],
+                     sweep_seeds=[0, 1, 2], server_epochs=100, etf_rounds=20, kappa=None, global_test=None,
+                     fig6=[(r, a) for r in (1, 5) for a in (1, 2, 4, 8)], clusters=[1, 3, 5], betas=[0.1, 0.5],
+                     model="cnn_cspc"),
 )
 
 
@@ -132,12 +157,12 @@ def scale_summary(scale: str) -> str:
     """What the chapter trains at ``scale`` next to what the paper trains (printed by the notebook's set-up)."""
     sc = SCALES[scale]
     return "\n".join([
-        f"scale {scale}: datasets {sc['datasets']}, {sc['clients']} clients, at most {sc['per_class'] or 'all'} "
-        f"training images per class, {sc['rounds']} rounds of {sc['epochs']} local epochs at lr {sc['lr']}, evaluated "
-        f"every {sc['eval_every']} rounds, server calibration "
-        f"{sc['server_epochs']} epochs, seeds {sc['headline_seeds']} (Table II), "
-        f"{sc['main_seeds']} (Tables III, VI, VII), "
-        f"{sc['seeds']} (ablations), {sc['sweep_seeds']} (Fig. 6, clusters)",
+        f"scale {scale}: datasets {sc.datasets}, {sc.clients} clients, at most {sc.per_class or 'all'} "
+        f"training images per class, {sc.rounds} rounds of {sc.epochs} local epochs at lr {sc.lr}, evaluated "
+        f"every {sc.eval_every} rounds, server calibration "
+        f"{sc.server_epochs} epochs, seeds {sc.headline_seeds} (Table II), "
+        f"{sc.main_seeds} (Tables III, VI, VII), "
+        f"{sc.seeds} (ablations), {sc.sweep_seeds} (Fig. 6, clusters)",
         "paper: 10 clients, all of CIFAR-10, 100 rounds of 10 epochs, batch 64, SGD, 3 trials; server schedule of "
         "FedCSPC's code (100 epochs)",
     ])
@@ -151,32 +176,32 @@ def config(method: str, dataset: str, scale: str, seed: int = 0, hyper: dict | N
     one epoch of CE fine-tuning of the global model."""
     sc = SCALES[scale]
     part = {"name": "dirichlet", "alpha": beta, "min_size": 10}
-    if sc["per_class"]:
-        part["per_class"] = sc["per_class"]
-    kappa = {"kappa": sc["kappa"]} if sc["kappa"] is not None else {}
-    hp = {"pfedcspc": {"server_epochs": sc["server_epochs"], **kappa},
-          "fedetf": {"finetune_rounds": sc["etf_rounds"]}}.get(method, {})
-    hp.update(hyper or {})
+    if sc.per_class:
+        part["per_class"] = sc.per_class
+    kappa = {"kappa": sc.kappa} if sc.kappa is not None else {}
+    own: dict[str, dict] = {"pfedcspc": {"server_epochs": sc.server_epochs, **kappa},
+                            "fedetf": {"finetune_rounds": sc.etf_rounds}}
+    hp = {**own.get(method, {}), **(hyper or {})}
     if finetune is None:
         finetune = method in GLOBAL_METHODS + ["fedprox"]
     return make_config(
         method=method,
         dataset=dataset,
         partition=part,
-        num_clients=sc["clients"],
+        num_clients=sc.clients,
         fraction=fraction,
-        rounds=sc["rounds"],
-        local_epochs=sc["epochs"],
-        batch_size=sc["batch"],
-        lr=sc["lr"],
+        rounds=sc.rounds,
+        local_epochs=sc.epochs,
+        batch_size=sc.batch,
+        lr=sc.lr,
         momentum=0.9,
         weight_decay=1e-5,
-        model=sc["model"],
+        model=sc.model,
         hyper=hp,
         seed=seed,
         metrics=["generalization"],
-        eval_every=sc["eval_every"],
-        global_test_size=sc["global_test"],
+        eval_every=sc.eval_every,
+        global_test_size=sc.global_test,
         eval_finetune_epochs=1 if finetune else 0,
         device=RUNTIME["device"],
         executor=RUNTIME["executor"],
@@ -216,7 +241,7 @@ def views(evidence: dict, scale: str) -> dict:
     t2 = evidence.get("table2", {})
     out = dict(evidence)
     if t2:
-        ds = SCALES[scale]["datasets"][0]
+        ds = SCALES[scale].datasets[0]
         table3 = dict(evidence.get("table3", {}))
         for (d, m), recs in t2.items():   # FedAvg-FT is the FedAvg run read on its fine-tuned models
             if m in ("fedavg", "pfedcspc"):
@@ -462,7 +487,7 @@ HYPER_REASONS = {"batch_size": "at 64 a client made 5 SGD steps a round and FedA
 
 def reference_run(scale: str) -> Config:
     """The run the hyperparameter table reads (the headline table's), at ``scale``."""
-    return config("pfedcspc", SCALES[scale]["datasets"][0], scale)
+    return config("pfedcspc", SCALES[scale].datasets[0], scale)
 
 
 def protocol(scale: str) -> tuple[list[dict], str]:
@@ -471,7 +496,7 @@ def protocol(scale: str) -> tuple[list[dict], str]:
     epoch before Local, as the paper's Table II does."""
     from fedlib.studies.settings import protocol_rows
 
-    ds = SCALES[scale]["datasets"][0]
+    ds = SCALES[scale].datasets[0]
     methods = list(dict.fromkeys(TABLE2 + TABLE3))
     return protocol_rows({LABELS[m]: config(m, ds, scale) for m in methods},
                          {"Global": "global_global", "Local": "personal_local"})
@@ -479,7 +504,7 @@ def protocol(scale: str) -> tuple[list[dict], str]:
 
 def table2_grid(scale: str) -> dict:
     sc = SCALES[scale]
-    return {(ds, m): with_seeds(config(m, ds, scale), sc["headline_seeds"]) for ds in sc["datasets"] for m in TABLE2}
+    return {(ds, m): with_seeds(config(m, ds, scale), sc.headline_seeds) for ds in sc.datasets for m in TABLE2}
 
 
 def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
@@ -493,7 +518,7 @@ def table2_rows(table: dict, scale: str) -> list[dict]:
     rows = []
     for m in TABLE2:
         row: dict[str, Any] = {"method": LABELS[m]}
-        for ds in SCALES[scale]["datasets"]:
+        for ds in SCALES[scale].datasets:
             for metric, name in (("acc_global", "Global"), ("i_local", "Local"), ("hm", "HM")):
                 row[f"{ds.upper()} {name}"] = fmt_of(table.get(ds, {}).get(m, []), metric)
         row.update({f"paper C10 {n}": v for n, v in zip(("Global", "Local", "HM"), PAPER_T2[m])})
@@ -512,7 +537,7 @@ def fedetf_note(table: dict, scale: str) -> str:
     far longer than the one epoch of fine-tuning the global-model methods get (the protocol table's words)."""
     from fedlib.methods import make_method
 
-    ds = SCALES[scale]["datasets"][0]
+    ds = SCALES[scale].datasets[0]
     etf = table[ds]["fedetf"]
     adaptation = make_method("fedetf", **etf[0]["config"]["hyper"]).describes_adaptation()
     if not adaptation:
@@ -532,7 +557,7 @@ def plot_tradeoff(table: dict, scale: str):
     methods with close numbers stay readable."""
     import matplotlib.pyplot as plt
 
-    ds = SCALES[scale]["datasets"][0]
+    ds = SCALES[scale].datasets[0]
     fig, ax = plt.subplots(figsize=(7.5, 4.2))
     markers = "os^vD<>phX*P"
     for i, m in enumerate(TABLE2):
@@ -561,7 +586,7 @@ def plot_tradeoff(table: dict, scale: str):
 def table3_grid(scale: str) -> dict:
     """Table III's runs that Table II has not (FedAvg, FedAvg-FT and pFedCSPC come from Table II)."""
     sc = SCALES[scale]
-    return {(ds, m): with_seeds(config(m, ds, scale), sc["main_seeds"]) for ds in sc["datasets"]
+    return {(ds, m): with_seeds(config(m, ds, scale), sc.main_seeds) for ds in sc.datasets
             for m in TABLE3 if m not in ("fedavg", "fedavg_ft", "pfedcspc")}
 
 
@@ -572,14 +597,14 @@ def table3(table2_: dict, scale: str, store: str | None = None, runs: dict | Non
     (FedAvg-FT and pFedCSPC from Table II, on the main seeds; I_local reads each one's own model), every record
     used). ``runs``: the records of ``table3_grid`` at hand (committed ones); None runs the grid."""
     sc = SCALES[scale]
-    seeds = sc["main_seeds"]
+    seeds = sc.main_seeds
     runs = run_grid(table3_grid(scale), desc="Table III", store=store) if runs is None else runs
-    table: dict[str, dict] = {ds: {} for ds in sc["datasets"]}
+    table: dict[str, dict] = {ds: {} for ds in sc.datasets}
     table.update(nested(runs))
     rows, used = [], list(runs.values())
     for m in TABLE3:
         row: dict[str, Any] = {"method": LABELS[m]}
-        for ds in sc["datasets"]:
+        for ds in sc.datasets:
             if m in ("fedavg", "fedavg_ft", "pfedcspc"):
                 recs = with_seed_in(table2_[ds]["fedavg" if m == "fedavg_ft" else m], seeds)
                 value = mean_std(recs, "global_local_i_local" if m == "fedavg" else "i_local")
@@ -589,7 +614,7 @@ def table3(table2_: dict, scale: str, store: str | None = None, runs: dict | Non
             row[f"{ds.upper()} I_local"] = fmt(value)
         row["paper C10"] = PAPER_T3[m]
         rows.append(row)
-    for ds in sc["datasets"]:   # the personalized methods Table II ran, on Table III's seeds (the verdict's table)
+    for ds in sc.datasets:   # the personalized methods Table II ran, on Table III's seeds (the verdict's table)
         table[ds]["fedavg_ft"] = with_seed_in(table2_[ds]["fedavg"], seeds)
         table[ds]["pfedcspc"] = with_seed_in(table2_[ds]["pfedcspc"], seeds)
     return rows, table, used
@@ -598,7 +623,7 @@ def table3(table2_: dict, scale: str, store: str | None = None, runs: dict | Non
 def ablations_grid(scale: str) -> dict:
     """Tables IV and V's runs that Table II has not (FedAvg and the full method)."""
     sc = SCALES[scale]
-    ds, seeds = sc["datasets"][0], sc["seeds"]
+    ds, seeds = sc.datasets[0], sc.seeds
     return {name: with_seeds(ablation_config(name, ds, scale), seeds) for name in ABLATION_RUNS if name != "full"}
 
 
@@ -606,7 +631,7 @@ def ablations(table2_: dict, scale: str, store: str | None = None, runs: dict | 
     """Tables IV and V: {run name: records} for every ablation run (FedAvg and the full method from Table II).
     ``runs``: the records of ``ablations_grid`` at hand (committed ones); None runs the grid."""
     sc = SCALES[scale]
-    ds, seeds = sc["datasets"][0], sc["seeds"]
+    ds, seeds = sc.datasets[0], sc.seeds
     runs = dict(run_grid(ablations_grid(scale), desc="Tables IV-V", store=store) if runs is None else runs)
     runs["fedavg"] = with_seed_in(table2_[ds]["fedavg"], seeds)
     runs["full"] = with_seed_in(table2_[ds]["pfedcspc"], seeds)
@@ -615,7 +640,7 @@ def ablations(table2_: dict, scale: str, store: str | None = None, runs: dict | 
 
 def ablation_tables(runs: dict, scale: str) -> tuple:
     """(Table IV {row: ms}, Table V {row: ms}, Table IV rows, Table V rows)."""
-    ds = SCALES[scale]["datasets"][0].upper()
+    ds = SCALES[scale].datasets[0].upper()
     table4 = {row: mean_std(runs[run], metric) for row, (run, metric) in TABLE4.items()}
     table5 = {row: mean_std(runs[run], metric) for row, (run, metric) in TABLE5.items()}
     rows4 = [{"row": r, f"{ds} ACC_global": fmt(v), "paper C10 (C=1.0)": PAPER_T4[r]} for r, v in table4.items()]
@@ -626,7 +651,7 @@ def ablation_tables(runs: dict, scale: str) -> tuple:
 def table6_grid(scale: str) -> dict:
     """Every base objective alone (b) and under pFedCSPC (+b); Table VI reads the alone runs Table II has from it."""
     sc = SCALES[scale]
-    ds, seeds = sc["datasets"][0], sc["main_seeds"]
+    ds, seeds = sc.datasets[0], sc.main_seeds
     grid = {b: with_seeds(config(b, ds, scale), seeds) for b in TABLE6_BASES}
     grid.update({f"+{b}": with_seeds(config("pfedcspc", ds, scale, hyper={"base": b}), seeds) for b in TABLE6_BASES})
     return grid
@@ -637,7 +662,7 @@ def table6(table2_: dict, scale: str, store: str | None = None, runs: dict | Non
     {base: (records alone, records with pFedCSPC)}). ``runs``: the records of ``table6_grid`` at hand (committed
     ones); None runs what Table II has not."""
     sc = SCALES[scale]
-    ds, seeds = sc["datasets"][0], sc["main_seeds"]
+    ds, seeds = sc.datasets[0], sc.main_seeds
     alone = {b: with_seed_in(table2_[ds][b], seeds) for b in TABLE6_BASES if b in table2_[ds]}
     todo = {k: v for k, v in table6_grid(scale).items() if k not in alone}
     done = run_grid(todo, desc="Table VI", store=store) if runs is None else runs
@@ -653,7 +678,7 @@ def table7(table2_: dict, table6_: dict, scale: str) -> tuple:
     FedAvg's final accuracy. Returns (rows, {method: round or None}, curves {method: (rounds, mean acc)},
     target, {method: records used})."""
     sc = SCALES[scale]
-    ds, seeds = sc["datasets"][0], sc["main_seeds"]
+    ds, seeds = sc.datasets[0], sc.main_seeds
     used = {m: with_seed_in(table2_[ds].get(m) or table6_[m][0], seeds) for m in TABLE7}
     curves = {}
     for m, recs in used.items():
@@ -665,7 +690,7 @@ def table7(table2_: dict, table6_: dict, scale: str) -> tuple:
     target = target_accuracy(with_seed_in(table2_[ds]["fedavg"], seeds))
     reached = {m: next((t for t, a in zip(*curves[m]) if a >= target), None) for m in TABLE7}
     rows = [{"method": LABELS[m], f"{ds.upper()} rounds to {100 * target:.1f}%":
-             reached[m] if reached[m] is not None else f"> {sc['rounds']}",
+             reached[m] if reached[m] is not None else f"> {sc.rounds}",
              "paper C10 (66%, beta 0.5)": PAPER_T7[m][1]} for m in TABLE7]
     return rows, reached, curves, target, used
 
@@ -673,7 +698,7 @@ def table7(table2_: dict, table6_: dict, scale: str) -> tuple:
 def plot_curves(curves: dict, target: float, scale: str):
     import matplotlib.pyplot as plt
 
-    ds = SCALES[scale]["datasets"][0]
+    ds = SCALES[scale].datasets[0]
     fig, ax = plt.subplots(figsize=(7, 4))
     for m, (rounds, acc) in curves.items():
         ax.plot(
@@ -696,13 +721,13 @@ def plot_curves(curves: dict, target: float, scale: str):
 
 def sweeps_grid(scale: str) -> dict:
     sc = SCALES[scale]
-    ds, seeds = sc["datasets"][0], sc["sweep_seeds"]
-    grid = {
+    ds, seeds = sc.datasets[0], sc.sweep_seeds
+    grid: dict[tuple, list[Config]] = {
         (r, a): with_seeds(config("pfedcspc", ds, scale, hyper={"repeats": r, "n_aug": a}), seeds)
-        for r, a in sc["fig6"]
+        for r, a in sc.fig6
     }
     grid.update({("clusters", j): with_seeds(config("pfedcspc", ds, scale, hyper={"clusters": j}), seeds)
-                 for j in sc["clusters"]})
+                 for j in sc.clusters})
     return grid
 
 
@@ -729,7 +754,7 @@ def plot_fig6(sweep: dict, scale: str):
         chance_line(ax)
         ax.legend()
         ax.grid(alpha=0.3)
-    fig.suptitle(f"{SCALES[scale]['datasets'][0].upper()}, scale {scale}")
+    fig.suptitle(f"{SCALES[scale].datasets[0].upper()}, scale {scale}")
     fig.tight_layout()
     return fig
 
@@ -791,7 +816,7 @@ def tables(scale: str) -> dict:
            "table6": table6_grid(scale), "sweeps": sweeps_grid(scale)}
     if scale == "reference":   # the evidence first: it says what the budget can decide
         grid = table2_grid(scale)
-        ds = SCALES[scale]["datasets"][0]
+        ds = SCALES[scale].datasets[0]
         out = {"convergence": convergence_grid({m: grid[(ds, m)] for m in CONVERGENCE}), **out}
         # the comparisons that decide Tables II and V at 3x the rounds (pFedCSPC and FedAvg: the convergence runs)
         out["table2@3x"] = convergence_grid({(ds, m): grid[(ds, m)] for m in ("pfedcspc", "fedetf", "fedavg")})

@@ -185,7 +185,7 @@ class Chapter:
         """How many of the last evaluations a value is the mean of (FedPRP: the paper's last rounds)."""
         from fedlib.studies.claims import scale_of
 
-        return self.study.SCALES[scale_of(scale)].get("last", 1)
+        return self.study.SCALES[scale_of(scale)].last
 
     def assess(self, scale: str, runs: dict | None = None, evidence: dict | None = None) -> list:
         """Every claim assessed at ``scale`` (on ``runs``, else the committed records; ``evidence``: already read)."""

@@ -3,10 +3,12 @@ one epoch beats FedAvg's global model on each client's own test set under label 
 Only what the 'paper' brings is here; the shared behaviour comes from the registered ``Chapter``."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from fedlib.experiment import Config, make_config
 from fedlib.studies.claims import Claim, Sentence, versus
 from fedlib.studies.common import method_labels, with_seeds
-from fedlib.studies.grid import Scales
+from fedlib.studies.grid import Budget, Scales
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import fmt, mean_std
 
@@ -14,25 +16,31 @@ METHODS = ["fedavg", "fedavg_ft"]
 LABELS = method_labels(METHODS)
 PAPER = {"fedavg": 80.0, "fedavg_ft": 90.0}   # the 'paper's' headline numbers
 HYPER_REASONS: dict = {}
-_budget = dict(rounds=2, seeds=[0, 1], clients=4)
-SCALES = Scales(ci=_budget, book=_budget, reference={**_budget, "seeds": [0, 1, 2]},
-                paper={**_budget, "rounds": 4, "seeds": [0, 1, 2]})
+
+
+@dataclass(frozen=True, kw_only=True)
+class SixthBudget(Budget):
+    clients: int = 4
+
+
+SCALES = Scales(ci=SixthBudget(rounds=2, seeds=[0, 1]), book=SixthBudget(rounds=2, seeds=[0, 1]),
+                reference=SixthBudget(rounds=2, seeds=[0, 1, 2]), paper=SixthBudget(rounds=4, seeds=[0, 1, 2]))
 
 
 def config(method: str, scale: str, seed: int = 0) -> Config:
     sc = SCALES[scale]
     return make_config(method=method, dataset="digits", partition={"name": "dirichlet", "alpha": 0.3, "min_size": 20},
-                       num_clients=sc["clients"], rounds=sc["rounds"], local_epochs=1, batch_size=32, lr=0.1,
+                       num_clients=sc.clients, rounds=sc.rounds, local_epochs=1, batch_size=32, lr=0.1,
                        seed=seed, executor="sequential")
 
 
 def scale_summary(scale: str) -> str:
     sc = SCALES[scale]
-    return f"scale {scale}: digits, {sc['clients']} clients, {sc['rounds']} rounds, seeds {sc['seeds']}"
+    return f"scale {scale}: digits, {sc.clients} clients, {sc.rounds} rounds, seeds {sc.seeds}"
 
 
 def tables(scale: str) -> dict:
-    return {"headline": {m: with_seeds(config(m, scale), SCALES[scale]["seeds"]) for m in METHODS}}
+    return {"headline": {m: with_seeds(config(m, scale), SCALES[scale].seeds) for m in METHODS}}
 
 
 def reference_run(scale: str) -> Config:
