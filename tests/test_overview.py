@@ -73,12 +73,12 @@ def test_the_overview_states_a_headline_tables_own_floor_and_marks_cells_at_or_b
     """A headline read on local test sets, saved with its records: the overview's floor is the clients' majority
     share (local tests of 10 images, 9 and 8 of them of the majority class: 85.0%), not a uniform guess; a cell at
     84.00 gets the dagger, one at 90.00 does not."""
-    from fedlib.studies.report import local
+    from fedlib.studies.report import Measured, local
 
     monkeypatch.setattr(experiment, "DEFAULT_CACHE", tmp_path)
     record = {"seed": 0, "config": {"dataset": "fmnist", "model": "cnn2", "num_clients": 2, "rounds": 2},
               "train_counts": [[36, 4], [8, 32]], "final": {}, "history": []}
-    rows = [{"setting": 1, "s": 20, "method": m, "ours": v} for m, v in (("A", "84.00 (n=1)"), ("B", "90.00 (n=1)"))]
+    rows = [{"setting": 1, "s": 20, "method": m, "ours": Measured(v, 0.0, 1)} for m, v in (("A", 84.0), ("B", 90.0))]
     common.save_summary("fedgpa", "ci", headline=("Table 2", rows), records=[record],
                         test_set=local("each client's local test set"))
     table = overview.headline("fedgpa", overview.summaries("ci")["fedgpa"])

@@ -85,27 +85,31 @@ def test_stored_grid_report_counts_cells_and_names_where_records_were_made(capsy
 
 def test_cells_below_twice_chance_are_marked_and_chance_is_stated():
     """10 classes: chance 10%; our 15.00 is below 20 and gets a dagger, 55.00 does not; the paper's column and a
-    time column are never marked."""
-    from fedlib.studies.report import ResultsTable
+    time column are never marked, and a cell that only reads like ours (text, not a ``Measured``) is never parsed."""
+    from fedlib.studies.report import Measured, ResultsTable
 
     record = {"config": {"dataset": "digits", "num_clients": 2, "rounds": 1, "method": "fedavg", "model": None},
               "final": {}, "seed": 0, "train_counts": [[1] * 10], "history": []}
-    table = ResultsTable([{"method": "A", "acc": "15.00 ± 1.00 (n=3)", "paper": 12.0, "time / round": "3.00 (n=1)"},
-                          {"method": "B", "acc": "55.00 (n=1)", "paper": 80.0, "time / round": "3.00 (n=1)"}],
+    table = ResultsTable([{"method": "A", "acc": Measured(15.0, 1.0, 3), "paper": 12.0,
+                           "time / round": Measured(3.0, 0.0, 1), "quoted": "15.00 (n=1)"},
+                          {"method": "B", "acc": Measured(55.0, 0.0, 1), "paper": 80.0,
+                           "time / round": Measured(3.0, 0.0, 1), "quoted": "15.00 (n=1)"}],
                          [record], "book", "local")
     assert list(table.df["acc"]) == ["15.00 ± 1.00 (n=3) †", "55.00 (n=1)"]
     assert list(table.df["time / round"]) == ["3.00 (n=1)"] * 2
+    assert list(table.df["quoted"]) == ["15.00 (n=1)"] * 2 and table.marked == 1
     assert "chance: 10% (a uniform guess over 10 classes); † below twice chance" in table.caption
 
 
 def test_our_columns_named_after_a_scale_are_accuracy_even_when_the_scale_is_paper():
     """A column "ours (paper scale)" holds our accuracy (it was skipped as the paper's, and paper-scale tables lost
     their floor); the paper's own column is still never marked."""
-    from fedlib.studies.report import ResultsTable
+    from fedlib.studies.report import Measured, ResultsTable
 
     record = {"config": {"dataset": "digits", "num_clients": 2, "rounds": 1, "method": "fedavg", "model": None},
               "final": {}, "seed": 0, "train_counts": [[1] * 10], "history": []}
-    table = ResultsTable([{"method": "A", "ours (paper scale) s=20": "15.00 (n=1)", "paper s=20": "12.00 (n=1)"}],
+    table = ResultsTable([{"method": "A", "ours (paper scale) s=20": Measured(15.0, 0.0, 1),
+                           "paper s=20": Measured(12.0, 0.0, 1)}],
                          [record], "paper", "balanced")
     assert list(table.df["ours (paper scale) s=20"]) == ["15.00 (n=1) †"]
     assert list(table.df["paper s=20"]) == ["12.00 (n=1)"]
@@ -119,12 +123,12 @@ def test_a_book_scale_table_near_chance_fails_the_build_unless_it_says_why(tmp_p
     import importlib.util
     import json
 
-    from fedlib.studies.report import ResultsTable
+    from fedlib.studies.report import Measured, ResultsTable
 
     spec = importlib.util.spec_from_file_location("build", "book/build.py")
     build = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(build)
-    rows = [{"method": "A", "acc": "12.00 (n=1)"}, {"method": "B", "acc": "80.00 (n=1)"}]
+    rows = [{"method": "A", "acc": Measured(12.0, 0.0, 1)}, {"method": "B", "acc": Measured(80.0, 0.0, 1)}]
     flagged = ResultsTable(rows, scale="book", classes=10)._repr_html_()
     explained = ResultsTable(rows, scale="book", classes=10, at_chance="the paper's point: it fails here")
     trained = ResultsTable([rows[1]], scale="book", classes=10)._repr_html_()
@@ -181,18 +185,18 @@ def rows_lr(study) -> str:
 
 def test_each_table_names_the_record_file_of_every_run_and_the_command_that_recomputes_it(monkeypatch):
     from fedlib import results
-    from fedlib.studies.report import CURRENT, ResultsTable
+    from fedlib.studies.report import CURRENT, Measured, ResultsTable
 
     record = {"config": {"dataset": "fmnist", "num_clients": 2, "rounds": 1, "method": "fedgpa", "model": None},
               "final": {}, "seed": 2, "key": "0123456789abcdef", "history": []}
     monkeypatch.setitem(CURRENT, "chapter", "fedgpa")
     monkeypatch.setattr(results, "path_of", lambda chapter, key: type("P", (), {"exists": lambda self: True})())
-    paper = ResultsTable([{"method": "FedGPA", "acc": "50.00 (n=1)"}], [record], "paper")._repr_html_()
+    paper = ResultsTable([{"method": "FedGPA", "acc": Measured(50.0, 0.0, 1)}], [record], "paper")._repr_html_()
     assert "fedgpa, fmnist, seed 2: <code>results/fedgpa/0123456789abcdef.json</code> (committed)" in paper
     assert "python -m fedlib records fedgpa --scale paper: runs what is missing" in paper
     assert "(committed under results/)" in paper
     monkeypatch.setattr(results, "path_of", lambda chapter, key: type("P", (), {"exists": lambda self: False})())
-    book = ResultsTable([{"method": "FedGPA", "acc": "50.00 (n=1)"}], [record], "book")._repr_html_()
+    book = ResultsTable([{"method": "FedGPA", "acc": Measured(50.0, 0.0, 1)}], [record], "book")._repr_html_()
     # a run made by this build is not in the repository: no path into the git-ignored cache is given as its source
     assert "run 0123456789abcdef, computed when this page was built" in book and ".fedlib-cache/0123" not in book
     assert "(computed at build time)" in book and "fedlib book --config book" in book
@@ -285,13 +289,13 @@ def test_majority_share_is_the_largest_class_of_each_local_test_allocation():
 
 
 def test_a_local_test_table_is_marked_against_the_majority_floor_and_a_balanced_one_against_chance():
-    from fedlib.studies.report import ResultsTable, balanced, local
+    from fedlib.studies.report import Measured, ResultsTable, balanced, local
 
     recs = [{"config": {"dataset": "fmnist", "num_clients": 2, "rounds": 1, "method": "fedavg", "model": None,
                         "partition": {"name": "skew", "test_fraction": 1.0}},
              "final": {}, "seed": 0, "train_counts": [[6, 2, 2, 0], [1, 3, 0, 0]], "history": []}]
-    rows = [{"method": "A", "acc": "60.00 (n=1)"}, {"method": "B", "acc": "67.50 (n=1)"},
-            {"method": "C", "acc": "90.00 (n=1)"}]
+    rows = [{"method": "A", "acc": Measured(60.0, 0.0, 1)}, {"method": "B", "acc": Measured(67.5, 0.0, 1)},
+            {"method": "C", "acc": Measured(90.0, 0.0, 1)}]
     on_local = ResultsTable(rows, recs, "ci", local("each client's local test set"))
     assert "majority floor: 67.5% (always the client's most frequent class" in on_local.caption
     assert on_local.df["acc"].tolist() == ["60.00 (n=1) †", "67.50 (n=1) †", "90.00 (n=1)"]   # at or below the floor
@@ -361,3 +365,22 @@ def test_coverage_names_stale_and_diverged_runs_apart_from_the_recorded_ones():
                                   "1.2 h of training")
     assert coverage_text({**cov, "stale": 0, "diverged": 0}) == ("6 of 10 runs recorded; seeds 0, 1, 2; cpu; "
                                                               "1.2 h of training")
+
+
+def test_a_measured_cell_is_its_text_and_keeps_its_numbers_through_copies_processes_and_a_saved_summary():
+    """``fmt`` gives text equal to the book's format and the numbers behind it; pickling (worker processes), deep
+    copies and a summary's JSON give back the same cell, numbers included."""
+    import copy
+    import json
+    import pickle
+
+    from fedlib.studies.report import Measured, fmt, from_json
+
+    cell = fmt((0.8123, 0.0456, 3))
+    assert cell == "81.23 ± 4.56 (n=3)" and isinstance(cell, Measured)
+    assert abs(cell.mean - 81.23) < 1e-9 and abs(cell.std - 4.56) < 1e-9 and cell.n == 3
+    assert fmt((0.5, 0.0, 1)) == "50.00 (n=1)"
+    saved = json.loads(json.dumps(cell.as_json()))
+    for back in (pickle.loads(pickle.dumps(cell)), copy.deepcopy(cell), from_json(saved)):
+        assert back == cell and isinstance(back, Measured) and (back.mean, back.std, back.n) == (cell.mean, cell.std, 3)
+    assert from_json("81.23 (n=1)") == "81.23 (n=1)" and not isinstance(from_json("81.23 (n=1)"), Measured)

@@ -453,13 +453,13 @@ def test_fedpcl_claims_with_a_size_are_read_from_below():
 def test_fedpcl_table1_says_why_frozen_backbones_send_more_than_our_small_cnn():
     from fedlib.studies import fedpcl
 
-    rows = [{"mode": "from scratch (cnn3)", "params sent / client / round": "57,770"},
-            {"mode": "1 frozen backbone", "params sent / client / round": "330,506"},
-            {"mode": "3 frozen backbones", "params sent / client / round": "985,866"}]
+    rows = [{"mode": "from scratch (cnn3)", "params sent / client / round": 57770},
+            {"mode": "1 frozen backbone", "params sent / client / round": 330506},
+            {"mode": "3 frozen backbones", "params sent / client / round": 985866}]
     note = fedpcl.table1_note(rows)
     assert "1 frozen backbone and 3 frozen backbones send more numbers per round (330,506, 985,866) than training " \
            "from scratch (57,770): our from-scratch model is a small CNN" in note
-    rows[0]["params sent / client / round"] = "11,000,000"
+    rows[0]["params sent / client / round"] = 11_000_000
     assert "send more" not in fedpcl.table1_note(rows)
 
 
@@ -486,9 +486,11 @@ def test_fedgpa_says_why_fedprox_equals_fedavg_from_the_runs():
 def test_fedpcl_collapse_explanation_is_stated_only_where_the_records_support_it():
     from fedlib.studies import fedpcl
 
+    from fedlib.studies.report import Measured
+
     def row(label, last, share, seeds=3):
-        return {"variant": fedpcl.READING_LABELS[label], "seeds": seeds, "last": f"{last:.2f} ± 1.00 (n={seeds})",
-                "best": "65.00", "best at round": 10, "predicted as class 0 (%)": f"{share:.1f}"}
+        return {"variant": fedpcl.READING_LABELS[label], "seeds": seeds, "last": Measured(last, 1.0, seeds),
+                "best": 65.0, "best at round": 10, "predicted as class 0 (%)": share}
 
     supported = fedpcl.collapse_reading([row("pcl", 45.95, 45.4), row("pcl_no_relu", 74.48, 10.5, 2)])
     assert supported[0] == ("as printed: L_g + L_p (Eq. 10): 45.95 at the last round (3 seeds), best 65.00 at round "

@@ -614,7 +614,7 @@ def table1(table2_runs: dict, scale: str) -> tuple[list[dict], list]:
     for label, recs, key in modes:
         r0 = recs[0]
         rows.append({"mode": label, "rounds": r0["config"]["rounds"],
-                     "params sent / client / round": f"{int(r0['history'][-1]['uploaded_per_client']):,}",
+                     "params sent / client / round": int(r0["history"][-1]["uploaded_per_client"]),
                      "s / round": round(np.mean([r["wall_time_s"] / r["config"]["rounds"] for r in recs]), 2),
                      "acc": fmt(mean_std(recs)), "paper: trained params": PAPER_T1[key][0],
                      "paper: s / round": PAPER_T1[key][1], "paper: acc @50 rounds": PAPER_T1[key][2]})
@@ -624,7 +624,7 @@ def table1(table2_runs: dict, scale: str) -> tuple[list[dict], list]:
 def table1_note(rows: list[dict]) -> str:
     """What Table 1's numbers say about cost, read from its rows: whether the frozen backbones send fewer numbers
     than training from scratch (the paper's point), and why not where they do not."""
-    sent = {r["mode"]: int(str(r["params sent / client / round"]).replace(",", "")) for r in rows}
+    sent = {r["mode"]: r["params sent / client / round"] for r in rows}
     scratch = next(v for k, v in sent.items() if k.startswith("from scratch"))
     frozen = {k: v for k, v in sent.items() if not k.startswith("from scratch")}
     more = [k for k, v in frozen.items() if v > scratch]
@@ -1015,16 +1015,16 @@ def reading_check(n_train: int | None = None) -> tuple[list[dict], dict]:
         recs = cell["records"]
         runs[label] = recs
         if not recs:
-            rows.append({"variant": label, "seeds": 0, "last": "-", "best": "-", "best at round": "-",
-                         "predicted as class 0 (%)": "-"})
+            rows.append({"variant": label, "seeds": 0, "last": None, "best": None, "best at round": None,
+                         "predicted as class 0 (%)": None})
             continue
         curves = np.array([[row["personal_local_acc"] for row in r["history"] if "personal_local_acc" in row]
                            for r in recs]) * 100
         evaluated = [row["round"] for row in recs[0]["history"] if "personal_local_acc" in row]
         mean = curves.mean(0)
         rows.append({"variant": label, "seeds": len(recs), "last": fmt(mean_std(recs)),
-                     "best": f"{mean.max():.2f}", "best at round": evaluated[int(mean.argmax())],
-                     "predicted as class 0 (%)": f"{predicted_share(recs):.1f}"})
+                     "best": float(mean.max()), "best at round": evaluated[int(mean.argmax())],
+                     "predicted as class 0 (%)": float(predicted_share(recs))})
     return rows, runs
 
 
@@ -1039,13 +1039,13 @@ def collapse_reading(rows: list[dict]) -> list[str]:
         return ["the printed reading has no committed records yet"]
 
     def last(row):
-        return float(str(row["last"]).split()[0])
+        return row["last"].mean
 
-    lines = [f"{label}: {last(row):.2f} at the last round ({row['seeds']} seeds), best {row['best']} at round "
-             f"{row['best at round']}; {row['predicted as class 0 (%)']}% of the test images predicted as class 0"
+    lines = [f"{label}: {last(row):.2f} at the last round ({row['seeds']} seeds), best {row['best']:.2f} at round "
+             f"{row['best at round']}; {row['predicted as class 0 (%)']:.1f}% of the test images predicted as class 0"
              for label, row in by.items()]
     no_relu = by.get(READING_LABELS["pcl_no_relu"])
-    share = float(printed["predicted as class 0 (%)"])
+    share = printed["predicted as class 0 (%)"]
     if no_relu is not None and share > 25 and last(no_relu) > last(printed) + 10:
         lines.append(f"the records support the dead-ReLU explanation: as printed, {share:.1f}% of the images go to "
                      f"class 0 (an all-zero projection scores 0 with every prototype and the argmax picks class 0); "

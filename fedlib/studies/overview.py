@@ -133,7 +133,10 @@ def status_table():
 def headline_table(summary: dict):
     import pandas as pd
 
-    return pd.DataFrame(summary.get("headline", {}).get("rows", []))
+    from fedlib.studies.report import from_json
+
+    return pd.DataFrame([{k: from_json(v) for k, v in row.items()}
+                         for row in summary.get("headline", {}).get("rows", [])])
 
 
 def headline(chapter: str, summary: dict):

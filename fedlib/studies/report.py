@@ -23,10 +23,42 @@ def mean_std(records: list[dict], metric: str = "personal_local_acc") -> tuple[f
     return summarize_runs(records, metrics=(metric,))[metric]
 
 
-def fmt(ms) -> str:
-    """'mean ± std (n seeds)' in %; a single seed says so."""
+class Measured(str):
+    """Our measurement in a table cell: the text the book prints ("mean ± std (n=k)" in %, a single seed says so)
+    and the numbers it was made from, which the marks made at display read: numbers stay numbers until display and
+    nothing parses the text back."""
+    mean: float
+    std: float
+    n: int
+
+    def __new__(cls, mean: float, std: float, n: int) -> Measured:
+        cell = super().__new__(cls, f"{mean:.2f} ± {std:.2f} (n={n})" if n > 1 else f"{mean:.2f} (n=1)")
+        cell.mean, cell.std, cell.n = float(mean), float(std), int(n)
+        return cell
+
+    def __reduce__(self):   # copies and worker processes rebuild it from its numbers
+        return Measured, (self.mean, self.std, self.n)
+
+    @property
+    def shown(self) -> float:
+        """The mean as the cell shows it (two decimals): what a mark compares, so that it agrees with the text."""
+        return round(self.mean, 2)
+
+    def as_json(self) -> dict:
+        return {"measured": [self.mean, self.std, self.n]}
+
+
+def from_json(value):
+    """A saved table cell back as it was: ``Measured.as_json``'s form is a ``Measured`` again, anything else as is."""
+    if isinstance(value, dict) and list(value) == ["measured"]:
+        return Measured(*value["measured"])
+    return value
+
+
+def fmt(ms) -> Measured:
+    """'mean ± std (n seeds)' in % (a ``Measured`` cell); a single seed says so."""
     mean, std, n = ms
-    return f"{100 * mean:.2f} ± {100 * std:.2f} (n={n})" if n > 1 else f"{100 * mean:.2f} (n=1)"
+    return Measured(100 * mean, 100 * std, n)
 
 
 def fmt_of(records: list[dict], metric: str = "personal_local_acc", last: int = 1) -> str:
@@ -176,6 +208,8 @@ def cell_text(v) -> str:
     """The book's one number format: two decimals for measured or quoted percentages, plain integers."""
     import math
 
+    if isinstance(v, Measured):
+        return v   # kept with its numbers for the marks made at display
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     if isinstance(v, bool):
@@ -254,28 +288,23 @@ class ResultsTable:
         self._mark_near_chance(classes, floors)
 
     def _mark_near_chance(self, classes: int | None = None, given: list | None = None) -> None:
-        """Our accuracy cells (``fmt``'s "mean ± std (n=k)") near the floor of a trivial predictor on the test set
-        they read get a dagger (``floors_of``; with several test sets, the lowest threshold), and the caption states
-        each floor."""
-        import re
-
+        """Our accuracy cells (``Measured``: ``fmt``'s "mean ± std (n=k)") near the floor of a trivial predictor on the
+        test set they read get a dagger (``floors_of``; with several test sets, the lowest threshold), and the caption
+        states each floor."""
         classes = classes_of(self.records) or classes
         floors = [tuple(f) for f in given] if given else floors_of(self.records, self.test_set, classes)
         if not floors:
             return
         threshold, _, rule = min(floors)
-        ours = re.compile(r"^(\d+\.\d+)( ± \d+\.\d+)? \(n=\d+\)$")
         found = marked = 0
         for col in self.df.columns[self.keys:]:
             name = str(col).lower()
             if not name.startswith("ours") and any(word in name for word in NOT_ACCURACY):   # "ours (paper scale)"
                 continue
             for i, value in self.df[col].items():
-                m = ours.match(str(value))
-                if m:
+                if isinstance(value, Measured):
                     found += 1
-                    if float(m.group(1)) < threshold or (rule.startswith("at or below") and
-                                                          float(m.group(1)) <= threshold):
+                    if value.shown < threshold or (rule.startswith("at or below") and value.shown <= threshold):
                         self.df.at[i, col] = f"{value} †"
                         marked += 1
         if found or self.state_floor:
@@ -464,7 +493,8 @@ def save_summary(chapter: str, scale: str, headline: tuple[str, list[dict]] | No
     data.update({"chapter": chapter, "scale": scale, "code_version": code_version(),
                  "saved_at": time.strftime("%Y-%m-%d %H:%M")})
     if headline is not None:
-        data["headline"] = {"title": headline[0], "rows": headline[1],
+        rows = [{k: v.as_json() if isinstance(v, Measured) else v for k, v in row.items()} for row in headline[1]]
+        data["headline"] = {"title": headline[0], "rows": rows,
                             "provenance": provenance_line(records or [], scale, test_set),
                             "floors": floors_of(records or [], test_set, classes_of(records or []))}
     if claims is not None:   # a page's own runs through the declarations (claims.Assessment)
