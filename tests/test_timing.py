@@ -62,3 +62,37 @@ def test_fedgpa_table7_claims_read_the_repetitions_paired(tmp_path, monkeypatch)
     assert slight.decision.compared[0].mean == pytest.approx(2.0)          # +2% on every repetition
     assert slight.decision.compared[1].mean == pytest.approx(10.0 - 2.0)   # within 'slightly' (10%)
     assert fedgpa_outcomes(tmp_path / "b", monkeypatch, 1.15)["gpa_slightly_above_pac"].outcome == "does not hold"
+
+
+def fedpcl_table1(tmp_path, monkeypatch, scratch_seconds: list[float], parameters: dict | None):
+    """FedPCL's Table 1 claim on a made-up timing record: the frozen backbones' round 10 s (+-0.2 over five
+    repetitions), from scratch ``scratch_seconds``; ``parameters``: the trained numbers (None: a record made before
+    they were counted)."""
+    from fedlib.studies import fedpcl
+    from fedlib.studies.registry import study
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    frozen = [10.0, 10.2, 9.8, 10.1, 9.9]
+    seconds = {fedpcl.SCRATCH: scratch_seconds, fedpcl.FROZEN: frozen}
+    (tmp_path / "timing").mkdir(parents=True)
+    (tmp_path / "timing" / "fedpcl.json").write_text(json.dumps({"repeats": 5, "seconds": {
+        m: {"train_s": [0.8 * v for v in s], "evaluate_s": [0.2 * v for v in s],
+            **({"parameters": parameters[m]} if parameters else {})} for m, s in seconds.items()}}))
+    return next(a for a in study("fedpcl").assess("paper", runs={}) if a.claim.id == "frozen_backbones_cheaper")
+
+
+def test_fedpcl_table1_claim_reads_time_and_trained_numbers_paired_by_repetition(tmp_path, monkeypatch):
+    """From scratch 15 s against 10 s (+50% every repetition) and 11,000,000 trained numbers against 400,000
+    (+2,650%, the same at every repetition: no spread); a record without the counts cannot hold it; from scratch
+    at 9 s a round is significantly shorter: it does not hold."""
+    from fedlib.studies import fedpcl
+
+    counts = {fedpcl.SCRATCH: 11_000_000, fedpcl.FROZEN: 400_000}
+    slower = [15.0, 15.3, 14.7, 15.15, 14.85]
+    found = fedpcl_table1(tmp_path / "a", monkeypatch, slower, counts)
+    time_above, numbers_above = found.decision.compared
+    assert found.outcome == "holds" and time_above.mean == pytest.approx(50.0)
+    assert numbers_above.deterministic and numbers_above.mean == pytest.approx(100 * (11_000_000 / 400_000 - 1))
+    assert fedpcl_table1(tmp_path / "b", monkeypatch, slower, None).outcome != "holds"
+    faster = [9.0, 9.18, 8.82, 9.09, 8.91]
+    assert fedpcl_table1(tmp_path / "c", monkeypatch, faster, counts).outcome == "does not hold"

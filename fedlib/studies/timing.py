@@ -31,8 +31,15 @@ def _root() -> Path:
     return results.RESULTS / "timing"   # beside the chapters' records (FEDLIB_RESULTS moves both)
 
 
+def trainable_parameters(fed) -> int:
+    """The numbers a client's optimizer trains in ``fed``'s model (frozen backbones, whose features are computed
+    once, are not part of it)."""
+    return sum(p.numel() for p in fed.trainer.model.parameters() if p.requires_grad)
+
+
 def measure(configs: dict, repeats: int, progress: Callable[[str], None] = print) -> dict:
-    """{method: {"train_s": [...], "evaluate_s": [...]}} over ``repeats`` repetitions (see the module's doc)."""
+    """{method: {"train_s": [...], "evaluate_s": [...], "parameters": trainable numbers}} over ``repeats``
+    repetitions (see the module's doc)."""
     from fedlib.experiment import build, validate
 
     methods = list(configs)
@@ -41,7 +48,8 @@ def measure(configs: dict, repeats: int, progress: Callable[[str], None] = print
         validate(cfg)
         feds[m] = build(cfg)
         feds[m].run_round(0)   # untimed: first-round allocations, kernels chosen, pools started
-    out: dict[str, dict[str, list[float]]] = {m: {"train_s": [], "evaluate_s": []} for m in methods}
+    out: dict[str, dict] = {m: {"train_s": [], "evaluate_s": [], "parameters": trainable_parameters(feds[m])}
+                            for m in methods}
     for r in range(repeats):
         for m in methods[r % len(methods):] + methods[:r % len(methods)]:
             fed = feds[m]
@@ -98,21 +106,22 @@ def evidence(chapter: str, root: Path | None = None) -> dict:
     answer = read(chapter, root)
     if answer is None:
         return {}
-    return {m: [{"seed": r, "seconds": t + e, "history": []} for r, (t, e) in enumerate(zip(s["train_s"],
-                                                                                             s["evaluate_s"]))]
+    return {m: [{"seed": r, "seconds": t + e, "parameters": s.get("parameters"), "history": []}
+                for r, (t, e) in enumerate(zip(s["train_s"], s["evaluate_s"]))]
             for m, s in answer["seconds"].items()}
 
 
 SECONDS = Statistic("seconds per round", lambda rec, peers: rec.get("seconds"), "seconds")
 
 
-def relative_to(base: str, name: str) -> Statistic:
-    """A round's time in % above ``base``'s round in the same repetition."""
+def relative_to(base: str, name: str, measured: str = "seconds") -> Statistic:
+    """A round's time (``measured="parameters"``: its trained numbers) in % above ``base``'s in the same
+    repetition; None where the timing record does not hold it."""
     def percent(rec: dict, peers) -> float | None:
         other = peers(TABLE, base)
-        if other is None or not other.get("seconds"):
+        if other is None or not other.get(measured) or rec.get(measured) is None:
             return None
-        return 100 * (rec["seconds"] / other["seconds"] - 1)
+        return 100 * (rec[measured] / other[measured] - 1)
 
     return Statistic(name, percent, "%")
 
@@ -136,7 +145,8 @@ def summary(answer: dict) -> list[dict]:
         rows.append({"method": m, "median s / round": round(float(np.median(whole)), 2),
                      "range": f"{min(whole):.2f}-{max(whole):.2f}",
                      "training + aggregation (median)": round(float(np.median(s["train_s"])), 2),
-                     "evaluation (median)": round(float(np.median(s["evaluate_s"])), 2)})
+                     "evaluation (median)": round(float(np.median(s["evaluate_s"])), 2),
+                     **({"trained numbers": s["parameters"]} if "parameters" in s else {})})
     return rows
 
 
