@@ -109,3 +109,24 @@ def test_every_accuracy_table_states_the_floor_of_a_trivial_predictor(notebook):
                         r"majority floor: \d|chance[^:]*: \d", table):
                     missing.append(f"cell {i}: {''.join(cell['source'])[:60]!r}")
     assert not missing, f"{notebook}: accuracy tables without a floor: {missing}"
+
+
+def test_the_quick_start_lists_the_papers_from_the_bibliography_and_each_chapters_declared_code():
+    """The papers table is written at build time (``fedlib-papers``): each paper from ``references.bib`` through its
+    method's ``cite`` key (the hand-kept table had drifted from it: FedMate's venue), the code from the chapter's
+    ``OFFICIAL_CODE``; a sixth paper's chapter appears with no edit of the page."""
+    from fedlib.methods import METHODS
+    from fedlib.studies.registry import chapters
+
+    page = (ROOT / "book" / "quickstart.md").read_text()
+    assert "```{fedlib-papers}" in page and "| chapter | paper | official code |" not in page
+    rows = {r["chapter"]: r for r in book_extension().paper_rows()}
+    assert list(rows) == [c.title for name, c in chapters().items() if name in METHODS]
+    assert rows["FedPCL"]["cite"].startswith('Tan et al., "Federated Learning from Pre-Trained Models: A Contrastive')
+    assert rows["FedPCL"]["link"] == ("arXiv:2209.10083", "https://arxiv.org/abs/2209.10083")
+    assert rows["FedGPA"]["link"] == ("doi:10.1016/j.aiopen.2025.03.001", "https://doi.org/10.1016/j.aiopen.2025.03.001")
+    assert "European Conference on Artificial Intelligence (ECAI) 2025" in rows["FedMate"]["cite"]
+    for row in rows.values():
+        words, text, url = row["code"]
+        assert (text is None) == (url is None) and (url is None or url.startswith("https://github.com/"))
+    assert "FedPCL" in book_extension().paper_table().astext()

@@ -485,7 +485,6 @@ def test_fedgpa_says_why_fedprox_equals_fedavg_from_the_runs():
 
 def test_fedpcl_collapse_explanation_is_stated_only_where_the_records_support_it():
     from fedlib.studies import fedpcl
-
     from fedlib.studies.report import Measured
 
     def row(label, last, share, seeds=3):

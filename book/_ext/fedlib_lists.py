@@ -5,7 +5,10 @@ cannot drift from the code when a method is added.
 (``fedlib.methods.secure_aggregation_groups``), each with its count.
 
 ``{fedlib-chapters}`` (the quick start): every registered chapter, its notebook and the parameters of the
-notebook's papermill parameters cell."""
+notebook's papermill parameters cell.
+
+``{fedlib-papers}`` (the quick start): every chapter that tests a paper (its method's ``cite``), the paper as
+``references.bib`` holds it and the authors' code the chapter names (``OFFICIAL_CODE``)."""
 import ast
 import json
 from pathlib import Path
@@ -61,6 +64,67 @@ def chapter_list() -> nodes.bullet_list:
     return items
 
 
+def paper_rows() -> list[dict]:
+    """One row per chapter that tests a paper: its title, the paper's citation and link from ``references.bib`` (the
+    first author's surname, the title, the venue and year; its DOI, else its arXiv identifier), and its code."""
+    from pybtex.database import parse_file
+
+    from fedlib.methods import METHODS
+    from fedlib.studies.registry import chapters
+
+    bib = parse_file(str(ROOT / "book" / "references.bib")).entries
+    rows = []
+    for name, chapter in chapters().items():
+        if name not in METHODS:
+            continue
+        entry = bib[METHODS[name].cite]
+        f = entry.fields
+        authors = entry.persons["author"]
+        who = " ".join(authors[0].last_names) + (" et al." if len(authors) > 1 else "")
+        venue = f.get("journal") or f.get("booktitle") or ""
+        link = ((f"doi:{f['doi']}", f"https://doi.org/{f['doi']}") if "doi" in f else
+                (f"arXiv:{f['eprint']}", f"https://arxiv.org/abs/{f['eprint']}") if "eprint" in f else (None, None))
+        title = " ".join(f["title"].replace("{", "").replace("}", "").split())
+        rows.append({"chapter": chapter.title, "cite": f'{who}, "{title}", {venue} {f["year"]}', "link": link,
+                     "code": chapter.study.OFFICIAL_CODE})
+    return rows
+
+
+def linked(words: str, text: str | None, url: str | None) -> nodes.paragraph:
+    para = nodes.paragraph(text=words)
+    if text and url:
+        para += nodes.reference(text=text, refuri=url)
+    return para
+
+
+def paper_table() -> nodes.table:
+    """| chapter | paper | official code | as a docutils table."""
+    table = nodes.table()
+    group = nodes.tgroup(cols=3)
+    table += group
+    for width in (12, 60, 28):
+        group += nodes.colspec(colwidth=width)
+    head, body = nodes.thead(), nodes.tbody()
+    group += head
+    group += body
+    header = nodes.row()
+    for title in ("chapter", "paper", "official code"):
+        header += nodes.entry("", nodes.paragraph(text=title))
+    head += header
+    for r in paper_rows():
+        row = nodes.row()
+        row += nodes.entry("", nodes.paragraph(text=r["chapter"]))
+        row += nodes.entry("", linked(r["cite"] + (", " if r["link"][0] else ""), *r["link"]))
+        row += nodes.entry("", linked(*r["code"]))
+        body += row
+    return table
+
+
+class Papers(SphinxDirective):
+    def run(self):
+        return [paper_table()]
+
+
 class Chapters(SphinxDirective):
     def run(self):
         return [chapter_list()]
@@ -74,4 +138,5 @@ class SecAggMethods(SphinxDirective):
 def setup(app):
     app.add_directive("fedlib-secagg", SecAggMethods)
     app.add_directive("fedlib-chapters", Chapters)
+    app.add_directive("fedlib-papers", Papers)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

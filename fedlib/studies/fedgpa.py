@@ -54,6 +54,8 @@ from fedlib.studies.timing import relative_to, rounds_above
 METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "scaffold", "fedper", "lg_fedavg", "fedbabu", "fedpac",
            "fedgpa"]
 LABELS = method_labels(METHODS)
+# the authors' code: where the chapter could compare its reading with it (the book's papers table lists it)
+OFFICIAL_CODE = ("none found", None, None)   # (words, link text, address)
 
 PAPER_S = (20, 80)   # the shares s (%) of dominant-class samples of Tables 3-5; PAPER's pairs follow this order
 # setting -> method -> (s=20, s=80)

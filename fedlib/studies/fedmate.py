@@ -36,6 +36,8 @@ TABLE2 = ["local", "fedavg_ft", "moon", "fedproto", "fedfa", "lg_fedavg", "fedpe
           "fedmate"]
 LABELS = method_labels(["local", "fedavg_ft", "fedproto", "lg_fedavg", "fedper", "fedrep", "fedbabu", "fedpac",
                         "fedmate", "moon", "fedfa"], fedavg_ft="FT-FedAvg")
+# the authors' code: where the chapter could compare its reading with it (the book's papers table lists it)
+OFFICIAL_CODE = ("", "Dongrun-Li/FedMate", "https://github.com/Dongrun-Li/FedMate")   # (words, link text, address)
 # Table 1 ablation rows: Backbone = every module off, then the pairs of modules on
 ABLATION = {"Backbone": {"mps": False, "cft": False, "cci": False, "ccf": False},
             "+MPS+CFT": {"mps": True, "cft": True, "cci": False, "ccf": False},

@@ -30,6 +30,8 @@ BACKBONE_SETS = {  # Table 4 analogue
 }
 METHODS = ["fedavg", "pfedme", "perfedavg", "fedrep", "fedproto", "local", "fedpcl"]
 LABELS = method_labels(METHODS, local="Solo")
+# the authors' code: where the chapter could compare its reading with it (the book's papers table lists it)
+OFFICIAL_CODE = ("", "yuetan031/FedPCL", "https://github.com/yuetan031/FedPCL")   # (words, link text, address)
 
 # Table 2: method -> {"s"|"m": (MNIST, MNIST-M, Synth, Avg over 5 domains, communicated params)}
 PAPER_T2: dict[str, Any] = {

@@ -34,6 +34,8 @@ from fedlib.studies.timing import relative_to, rounds_above
 
 METHODS = ["apfl", "fedrep", "fedprox", "fedproto", "fedrod", "fedphp", "fedavg", "fedic", "creff", "fedprp"]
 LABELS = method_labels(METHODS)
+# the authors' code: where the chapter could compare its reading with it (the book's papers table lists it)
+OFFICIAL_CODE = ("", "shunxinguo/FedPRP", "https://github.com/shunxinguo/FedPRP")   # (words, link text, address)
 DATASETS = {"fmnist": "FMNIST-LT (for CIFAR-10-LT)", "mnist": "MNIST-LT"}
 
 # Table I: A_loc (%), Sharding, CIFAR-10: (s, gamma) -> method -> value

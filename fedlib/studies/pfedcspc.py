@@ -38,6 +38,8 @@ TABLE2 = GLOBAL_METHODS + ["fedsoup", "grace", "fedetf", "pfedcspc"]
 TABLE3 = ["fedavg", "fedavg_ft", "lg_fedavg", "fedperpp", "ditto", "fedfomo", "fedala", "pfedcspc"]
 LABELS = method_labels(TABLE2 + ["fedavg_ft", "lg_fedavg", "fedperpp", "ditto", "fedfomo", "fedala", "fedprox"],
                        lg_fedavg="LG-Fed", fedperpp="FedPer++ (assumed form)")
+# the authors' code: where the chapter could compare its reading with it (the book's papers table lists it)
+OFFICIAL_CODE = ("none; its predecessor FedCSPC: ", "qizhuang-qz/FedCSPC", "https://github.com/qizhuang-qz/FedCSPC")
 
 PAPER_T2: dict[str, Any] = {  # method -> CIFAR-10 (Global, Local, HM)
     "fedavg": (66.78, 64.13, 65.43), "moon": (69.04, 63.49, 66.14), "feddc": (69.13, 63.23, 66.05),
