@@ -330,14 +330,28 @@ def ensure_mathjax(book_dir: Path) -> None:
         shutil.copytree(Path(tmp) / "package" / "es5", target, dirs_exist_ok=True)
 
 
-# what must fit the text column: verdict boxes, tables of sentences, provenance lines, printed notes (a results table
-# of numbers wider than the column scrolls inside its own box, as its split parts allow)
-LAYOUT_SELECTORS = "div.verdict, table.text-table, p.provenance, div.cell_output div.output.stream pre"
+# what must fit the text column: verdict boxes, tables of sentences, provenance lines, printed notes, every table,
+# every display equation; every figure a notebook draws has a caption (a number); no number breaks inside its cell
+LAYOUT_SELECTORS = ("div.verdict, table.text-table, p.provenance, div.cell_output div.output.stream pre, "
+                    "div.results-table")
 LAYOUT_JS = ("<script>window.addEventListener('load', () => setTimeout(() => {"
+             " const column = (document.querySelector('article.bd-article') || document.querySelector('main')"
+             " || document.body).clientWidth;"
+             " const text = el => (el.textContent || el.getAttribute('alt') || '').trim().slice(0, 60);"
              f" const out = [...document.querySelectorAll('{LAYOUT_SELECTORS}')]"
              ".filter(el => el.scrollWidth > el.clientWidth + 2)"
-             ".map(el => [el.className || el.tagName, el.scrollWidth, el.clientWidth,"
-             " (el.textContent || '').trim().slice(0, 60)]);"
+             ".map(el => [el.className || el.tagName, el.scrollWidth, el.clientWidth, text(el)]);"
+             " document.querySelectorAll('table').forEach(t => { const w = t.getBoundingClientRect().width;"
+             " if (w > column + 2) out.push(['table ' + t.className, Math.round(w), column, text(t)]); });"
+             " document.querySelectorAll('mjx-container[display=\"true\"]').forEach(e => {"
+             " if (e.scrollWidth > e.clientWidth + 2)"
+             " out.push(['equation', e.scrollWidth, e.clientWidth, text(e)]); });"
+             " document.querySelectorAll('.cell_output img, .output img').forEach(i => {"
+             " if (!i.closest('figure')) out.push(['figure without a caption', 0, 0, i.getAttribute('src') || '']); });"
+             " document.querySelectorAll('td.num').forEach(td => { const r = document.createRange();"
+             " r.selectNodeContents(td); const tops = new Set([...r.getClientRects()].filter(x => x.width > 0)"
+             ".map(x => Math.round(x.top))); if (tops.size > 1) out.push(['number broken inside its cell', 0, 0,"
+             " text(td)]); });"
              " const pre = document.createElement('pre'); pre.id = 'layout-report';"
              " pre.textContent = JSON.stringify(out); document.body.appendChild(pre); }, 500));</script>")
 
@@ -348,9 +362,10 @@ def find_browser() -> str | None:
 
 
 def layout_problems(html_dir: Path, browser: str, width: int = 1280) -> dict[str, list]:
-    """Every page of the built book opened in headless ``browser`` (Chromium) at ``width`` px: per page, the verdict
-    boxes, tables of sentences, provenance lines and printed notes wider than the text column (they would need
-    horizontal scrolling). Source listings and tables of numbers are left to scroll."""
+    """Every page of the built book opened in headless ``browser`` (Chromium) at ``width`` px: per page, what needs
+    horizontal scrolling (verdict boxes, tables, results tables' boxes, provenance lines, printed notes, display
+    equations wider than the text column), every figure a notebook drew without a caption, and every number broken
+    inside its table cell. Source listings are left to scroll."""
     import html as html_lib
     import re
 
@@ -405,10 +420,11 @@ def build_book(manifest_path: str = "book/experiments.yml", only: str | None = N
         print("layout check skipped: no Chromium on this machine (apt-get install chromium)")
     elif problems := layout_problems(book_dir / "_build" / "html", browser):
         for page, found in problems.items():
-            print(f"{page}: {len(found)} element(s) wider than the text column at 1280 px, e.g. {found[0]}")
+            print(f"{page}: {len(found)} layout problem(s) at 1280 px, e.g. {found[0]}")
         return 1
     else:
-        print("layout check: every verdict box, table of sentences and note fits the text column at 1280 px")
+        print("layout check: every verdict box, table, note and equation fits the text column at 1280 px, every "
+              "figure has a caption and no number breaks inside its cell")
     print(f"book: {book_dir / '_build' / 'html' / 'index.html'}")
     return 0
 

@@ -314,9 +314,10 @@ def test_a_settings_table_names_the_model_its_runs_build():
     assert rows["model"]["here"] == "projection (on the frozen backbones' features)"
 
 
-def test_the_layout_check_finds_a_verdict_box_wider_than_the_text_column(tmp_path):
+def test_the_layout_check_finds_what_is_wider_than_the_column_uncaptioned_figures_and_broken_numbers(tmp_path):
     """book/build.py opens every built page in headless Chromium (where installed) and fails the build on a verdict
-    box, results table or note that needs horizontal scrolling."""
+    box, table or note that needs horizontal scrolling, a notebook's figure without a caption, and a number broken
+    inside its cell; a captioned figure and a box that wraps pass."""
     import importlib.util
 
     import pytest
@@ -332,8 +333,20 @@ def test_the_layout_check_finds_a_verdict_box_wider_than_the_text_column(tmp_pat
         "<div class='verdict'><table><tr><td style='white-space:nowrap'>" + "95% CI [-45.28, -16.12] " * 20 +
         "</td></tr></table></div>"))
     (tmp_path / "fits.html").write_text(page.format("<div class='verdict'><p>" + "holds " * 200 + "</p></div>"))
+    (tmp_path / "table.html").write_text(page.format(
+        "<table class='dataframe results'><tr>" + "<td class='num'>12,345.67</td>" * 40 + "</tr></table>"))
+    (tmp_path / "figure.html").write_text(page.format(
+        "<div class='cell_output'><img src='a.png' width='100' height='50'></div>"
+        "<figure><div class='cell_output'><img src='b.png' width='100' height='50'></div><figcaption>B</figcaption>"
+        "</figure>"))
+    (tmp_path / "number.html").write_text(page.format(
+        "<table><tr><td class='num' style='white-space:normal; width:1px'>45.95 ± 4.47 (n=3)</td><td>" + "x " * 50
+        + "</td></tr></table>"))
     found = build.layout_problems(tmp_path, browser)
-    assert list(found) == ["wide.html"] and found["wide.html"][0][0] == "verdict"
+    assert sorted(found) == ["figure.html", "number.html", "table.html", "wide.html"], found
+    assert found["wide.html"][0][0] == "verdict" and found["table.html"][0][0] == "table dataframe results"
+    assert found["figure.html"] == [["figure without a caption", 0, 0, "a.png"]]
+    assert [p[0] for p in found["number.html"]] == ["number broken inside its cell"]
 
 
 def test_a_verdict_never_prints_a_margin_that_is_not_zero_as_zero():

@@ -167,12 +167,12 @@ def last_round_stats(records: list[dict], metric: str = METRIC) -> tuple[float, 
     return float(np.mean(values)), float(np.std(values)), len(values)
 
 
-def tuning_score(records: list[dict]) -> str:
-    """A tuning point as the tuning table shows it: "diverged", seed 0's validation score, or "-" (not recorded)."""
+def tuning_score(records: list[dict]) -> float | str | None:
+    """A tuning point as the tuning table shows it: "diverged", seed 0's validation score (%), or None (not
+    recorded)."""
     if any("diverged" in r for r in records):
         return "diverged"
-    scores = per_seed(records)
-    return f"{scores[0]:.2f}" if 0 in scores else "-"
+    return per_seed(records).get(0)
 
 
 def choose(tuning: dict) -> dict:
@@ -269,22 +269,20 @@ def protocol(scale: str) -> tuple[list[dict], str]:
 
 # ---------------------------------------------------------------------- the tables
 def tuning_rows(tuning: dict, chosen: dict) -> list[dict]:
-    """One row per (partition, method): the held-out score (%) at each rate, for each value of the method's knob,
-    and the choice."""
+    """One row per (partition, method, value of the method's knob): the held-out score (%) at each rate, and the
+    rate chosen on the row of the chosen value."""
     rows = []
     for kind in PARTITIONS:
         for m in METHODS:
             points = {(lr, v): recs for (k, m_, lr, v), recs in tuning.items() if (k, m_) == (kind, m)}
-            if not points:
-                continue
             knob = SENSITIVE.get(m, ("-", ()))[0]
-            row = {"partition": kind, "method": LABELS[m], "knob": knob}
-            for lr in dict.fromkeys(lr for lr, _ in points):
-                scores = {v: tuning_score(recs) for (lr_, v), recs in points.items() if lr_ == lr}
-                row[f"lr {lr:g}"] = "; ".join(("" if v is None else f"{v:g}: ") + score for v, score in scores.items())
-            lr, v = chosen.get((kind, m), (None, None))
-            row["chosen"] = "-" if lr is None else f"lr {lr:g}" + (f", {knob} {v:g}" if v is not None else "")
-            rows.append(row)
+            best_lr, best_v = chosen.get((kind, m), (None, None))
+            for value in dict.fromkeys(v for _, v in points):
+                row: dict = {"partition": kind, "method": LABELS[m],
+                             "knob": knob if value is None else f"{knob} {value:g}"}
+                row.update({f"lr {lr:g}": tuning_score(recs) for (lr, v), recs in points.items() if v == value})
+                row["chosen"] = f"lr {best_lr:g}" if best_lr is not None and value == best_v else "-"
+                rows.append(row)
     return rows
 
 

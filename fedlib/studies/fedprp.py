@@ -28,7 +28,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
 )
 from fedlib.studies.grid import Budget, Scales, convergence_grid
 from fedlib.studies.registry import register_chapter
-from fedlib.studies.report import balanced, fmt_of, local
+from fedlib.studies.report import Measured, balanced, fmt_of, local
 from fedlib.studies.timing import TABLE as TIMED
 from fedlib.studies.timing import relative_to, rounds_above
 
@@ -529,7 +529,8 @@ def plot_groups(rows: list[dict]):
         sub = [r for r in rows if r["partition"] == kind]
         x = np.arange(len(sub))
         for i, g in enumerate(("Many", "Medium", "Few")):
-            ax.bar(x + (i - 1) * 0.27, [float(r[g].split()[0]) for r in sub], width=0.27, label=g)
+            ax.bar(x + (i - 1) * 0.27, [r[g].mean if isinstance(r[g], Measured) else np.nan for r in sub],
+                   width=0.27, label=g)
         ax.set_xticks(x, [r["method"] for r in sub], rotation=30, fontsize=8)
         ax.set_title(f"{kind}: global model per class group")
         ax.grid(alpha=0.3, axis="y")

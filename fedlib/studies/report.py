@@ -204,6 +204,11 @@ def provenance_line(records: list[dict], scale: str, test_set: str) -> str:
     )
 
 
+def is_number(v) -> bool:
+    """A measured or counted cell (not a word, a flag or a sentence)."""
+    return isinstance(v, (Measured, int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+
+
 def cell_text(v) -> str:
     """The book's one number format: two decimals for measured or quoted percentages, plain integers."""
     import math
@@ -277,6 +282,7 @@ class ResultsTable:
         if not isinstance(df.index, pd.RangeIndex) or df.index.name is not None:
             keys = max(keys, df.index.nlevels)
             df = df.reset_index()
+        self.numeric = df.map(is_number)   # which cells are numbers: they never break inside (CSS td.num)
         self.df = df.map(cell_text)
         self.df.columns.name = None
         self.records = records_in(records)
@@ -316,18 +322,29 @@ class ResultsTable:
             self.caption = f"{self.caption}; {line}" if self.caption else line
         self.marked = marked
 
-    def parts(self) -> list:
+    def part_columns(self) -> list[list]:
         cols = list(self.df.columns)
         key, rest = cols[:self.keys], cols[self.keys:]
         width = max(1, self.max_columns - len(key))
-        return [self.df[key + rest[i:i + width]] for i in range(0, max(len(rest), 1), width)]
+        return [key + rest[i:i + width] for i in range(0, max(len(rest), 1), width)]
+
+    def parts(self) -> list:
+        return [self.df[cols] for cols in self.part_columns()]
+
+    def part_html(self, cols: list, wordy: bool) -> str:
+        """One part as HTML: a number's cell has the class ``num`` (it does not break inside; its column is kept
+        wide enough), from the cells' types, in the order ``to_html`` writes the cells (row by row)."""
+        import re
+
+        text = self.df[cols].to_html(index=False, escape=True, border=0, justify="left" if wordy else None,
+                                     classes="results text-table" if wordy else "results")
+        flags = iter(self.numeric[cols].to_numpy().ravel())
+        return re.sub(r"<td>", lambda _: '<td class="num">' if next(flags) else "<td>", text)
 
     def _repr_html_(self) -> str:
         # a table of sentences (settings, protocols, claims) wraps inside the text column (class text-table)
         wordy = any(len(str(v)) > WORDY for v in self.df.to_numpy().ravel())
-        tables = "".join(part.to_html(index=False, escape=True, border=0,
-                                      classes="results text-table" if wordy else "results")
-                         for part in self.parts())
+        tables = "".join(self.part_html(cols, wordy) for cols in self.part_columns())
         lines = "".join(f"<p class='provenance'>{html.escape(t)}</p>" for t in (self.note, self.caption) if t)
         # a book-scale table with cells near chance and no reason fails the book's build (book/build.py)
         flag = f" data-unexplained-chance='{self.marked}'" if self.unexplained() else ""
