@@ -386,7 +386,24 @@ def layout_problems(html_dir: Path, browser: str, width: int = 1280) -> dict[str
     return out
 
 
-def build_book(manifest_path: str = "book/experiments.yml", only: str | None = None, build: bool = True) -> int:
+def build_pdf(book_dir: Path, jupyter_book: list[str], browser: str) -> Path:
+    """The whole book as one PDF: Sphinx's single-page HTML of the executed pages (MathJax included), printed by
+    headless Chromium. Offline, unlike Jupyter Book's own ``pdfhtml`` builder (playwright downloads its browser) and
+    ``pdflatex`` builder (a TeX installation)."""
+    subprocess.run([*jupyter_book, "build", str(book_dir), "--builder", "custom", "--custom-builder", "singlehtml"],
+                   check=True)
+    root = yaml.safe_load((book_dir / "_toc.yml").read_text())["root"]
+    page = book_dir / "_build" / "singlehtml" / f"{root}.html"
+    pdf = book_dir / "_build" / "pdf" / "book.pdf"
+    pdf.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([browser, "--headless=new", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=60000",
+                    "--no-pdf-header-footer", f"--print-to-pdf={pdf}", page.resolve().as_uri()], check=True,
+                   capture_output=True, timeout=900)
+    return pdf
+
+
+def build_book(manifest_path: str = "book/experiments.yml", only: str | None = None, build: bool = True,
+               pdf: bool = False) -> int:
     path = ROOT / manifest_path
     manifest = read_manifest(manifest_path)
     todo = list(jobs(manifest, only))
@@ -408,11 +425,9 @@ def build_book(manifest_path: str = "book/experiments.yml", only: str | None = N
         return 0
     book_dir = path.parent
     ensure_mathjax(book_dir)
-    cmd = [sys.executable, "-m", "jupyter_book", "build", str(book_dir), "-W", "-n", "--keep-going"]
     jb = shutil.which("jupyter-book", path=str(Path(sys.executable).parent))
-    if jb:
-        cmd = [jb, "build", str(book_dir), "-W", "-n", "--keep-going"]
-    result = subprocess.run(cmd)
+    jupyter_book = [jb] if jb else [sys.executable, "-m", "jupyter_book"]
+    result = subprocess.run([*jupyter_book, "build", str(book_dir), "-W", "-n", "--keep-going"])
     if result.returncode != 0:
         return result.returncode
     browser = find_browser()
@@ -426,6 +441,11 @@ def build_book(manifest_path: str = "book/experiments.yml", only: str | None = N
         print("layout check: every verdict box, table, note and equation fits the text column at 1280 px, every "
               "figure has a caption and no number breaks inside its cell")
     print(f"book: {book_dir / '_build' / 'html' / 'index.html'}")
+    if pdf:
+        if browser is None:
+            print("no PDF: it is printed by Chromium, which this machine lacks (apt-get install chromium)")
+            return 1
+        print(f"pdf: {build_pdf(book_dir, jupyter_book, browser)}")
     return 0
 
 

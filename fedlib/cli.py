@@ -126,6 +126,8 @@ def _parser() -> argparse.ArgumentParser:
     book.add_argument("--manifest", default="book/experiments.yml")
     book.add_argument("--config", default=None, help="only this named configuration (e.g. ci, book)")
     book.add_argument("--no-build", action="store_true", help="execute notebooks only")
+    book.add_argument("--pdf", action="store_true", help="also the whole book as one PDF, book/_build/pdf/book.pdf "
+                                                         "(printed by headless Chromium: apt-get install chromium)")
     return parser
 
 
@@ -368,7 +370,7 @@ def cmd_timing(args) -> int:
 
 
 def cmd_book(args) -> int:
-    return book_builder().build_book(args.manifest, only=args.config, build=not args.no_build)
+    return book_builder().build_book(args.manifest, only=args.config, build=not args.no_build, pdf=args.pdf)
 
 
 def cmd_list_all(args) -> int:

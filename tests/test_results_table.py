@@ -397,3 +397,34 @@ def test_a_measured_cell_is_its_text_and_keeps_its_numbers_through_copies_proces
     for back in (pickle.loads(pickle.dumps(cell)), copy.deepcopy(cell), from_json(saved)):
         assert back == cell and isinstance(back, Measured) and (back.mean, back.std, back.n) == (cell.mean, cell.std, 3)
     assert from_json("81.23 (n=1)") == "81.23 (n=1)" and not isinstance(from_json("81.23 (n=1)"), Measured)
+
+
+def test_the_whole_book_prints_to_one_pdf_offline(tmp_path):
+    """``python -m fedlib book --pdf``: Sphinx's single page of the book, printed by headless Chromium (where
+    installed), every page of the table of contents in one PDF."""
+    import importlib.util
+    import shutil
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    spec = importlib.util.spec_from_file_location("build", "book/build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    browser = build.find_browser()
+    if browser is None:
+        pytest.skip("no Chromium on this machine")
+    (tmp_path / "_config.yml").write_text("title: tiny\nexecute:\n  execute_notebooks: 'off'\n")
+    (tmp_path / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: second\n")
+    (tmp_path / "intro.md").write_text("# The first page\n\nalpha words\n")
+    (tmp_path / "second.md").write_text("# The second page\n\nomega words\n")
+    jb = shutil.which("jupyter-book", path=str(Path(sys.executable).parent))
+    pdf = build.build_pdf(tmp_path, [jb] if jb else [sys.executable, "-m", "jupyter_book"], browser)
+    data = pdf.read_bytes()
+    assert data.startswith(b"%PDF") and pdf == tmp_path / "_build" / "pdf" / "book.pdf"
+    if shutil.which("pdftotext"):
+        import subprocess
+
+        text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True).stdout
+        assert "alpha words" in text and "omega words" in text
