@@ -263,7 +263,8 @@ def test_fedpcl_claims_against_hand_made_results():
     assert found == {"best_multi_backbone": "holds", "more_backbones_most": "holds",   # every method +2 with three
                      "backbones_gain": "holds", "fewer_parameters": "holds",
                      "best_every_alpha": "does not hold", "about_15_above_fedavg": "does not hold",
-                     "pcl_loss_best": "does not hold", "both_prototypes": "holds"}
+                     "pcl_loss_best": "does not hold", "both_prototypes": "holds",
+                     "frozen_backbones_cheaper": "not checked"}   # it reads the timing record, not these runs
     # the printed form beside: FedPCL as printed is Table 2's own FedPCL run (52 with three backbones)
     from fedlib.studies.claims import assess
 

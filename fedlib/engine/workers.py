@@ -163,16 +163,26 @@ def collecting(futures, purpose: str, what: str):
         raise
 
 
-def stop_pool(pool: ProcessPoolExecutor, kill: bool = False) -> None:
+def stop_pool(pool: ProcessPoolExecutor, kill: bool = False, grace_s: float = 30.0) -> None:
     """Shut a pool down; ``kill``: stop processes still busy instead of waiting for them. A stopped worker
     (SIGSTOP, Ctrl-Z) never takes its exit sentinel, so waiting for it would hang the interpreter's exit: a pool
-    holding one is always killed."""
+    holding one is killed, and a worker still alive ``grace_s`` after the pool was told to stop (stopped after the
+    check, or hung) is killed then."""
+    import time
+
     processes = list((getattr(pool, "_processes", None) or {}).values())
-    if kill or any(process_state(p.pid) in ("T", "t") for p in processes):
+    kill = kill or any(process_state(p.pid) in ("T", "t") for p in processes)
+    if kill:
         for proc in processes:
             proc.kill()
-        kill = True
-    pool.shutdown(wait=not kill, cancel_futures=True)
+    pool.shutdown(wait=False, cancel_futures=True)
+    deadline = time.monotonic() + (1.0 if kill else grace_s)
+    for proc in processes:
+        proc.join(timeout=max(0.0, deadline - time.monotonic()))
+    for proc in processes:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5.0)
 
 
 class PoolCache:
