@@ -371,11 +371,10 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
     checkpoints), default ``.fedlib-cache``.
     Returns {"done": n, "failed": n, "skipped": n, "left": n, "wall_s": s}."""
     import time
-    from concurrent.futures import FIRST_COMPLETED, wait
 
     from fedlib import results
     from fedlib.engine.workers import bounded_workers, single_threaded_run_worker, start_pool, stop_pool
-    from fedlib.experiment import DEFAULT_CACHE, lockstep_groups, validate
+    from fedlib.experiment import DEFAULT_CACHE
     from fedlib.experiment.records import pin_code_version
 
     start = time.time()
@@ -383,6 +382,30 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
     cache_dir = cache_dir or DEFAULT_CACHE
     deadline = None if deadline_s is None else start + deadline_s
     root = root or results.RESULTS
+    todo, jobs = recording_plan(configs, chapter, root, device, executor, max_runs, scale, workers, log)
+    if not jobs:   # everything recorded: no worker process to start
+        return {"done": 0, "failed": 0, "skipped": len(configs), "left": 0, "wall_s": time.time() - start}
+    workers = bounded_workers(workers, len(jobs), "records' worker processes")
+    pool = start_pool(workers, single_threaded_run_worker, what="records' worker processes")
+    try:
+        counts = _run_jobs(pool, jobs, workers, (chapter, root, deadline, executor == "batched", cache_dir, scale),
+                           run_labels(todo), start, log)
+    finally:
+        stop_pool(pool, kill=True)
+    return {"done": counts["done"], "failed": counts["failed"], "skipped": len(configs) - len(todo),
+            "left": len(todo) - counts["done"] - counts["failed"], "wall_s": time.time() - start}
+
+
+DEADLINE_GRACE_S = 90.0   # a run-batched group finishes the round it is in when the deadline passes
+
+
+def recording_plan(configs: list[Config], chapter: str, root, device: str, executor: str, max_runs: int | None,
+                   scale: str, workers: int, log=print) -> tuple[list[Config], list[list[Config]]]:
+    """(the configs without a current record, validated and set to run on ``device`` with ``executor``; the jobs
+    they make: run-batched groups with the batched executor, else one config each), the plan said in one line."""
+    from fedlib import results
+    from fedlib.experiment import lockstep_groups, validate
+
     have = {s.record["key"] for s in results.load(chapter, root) if not s.stale}
     diverged = results.diverged_keys(chapter, root)   # deterministic failures, not trained again
     todo = [dataclasses.replace(c, device=device, executor=executor) for c in configs
@@ -400,46 +423,43 @@ def record_grid(configs: list[Config], chapter: str, workers: int = 1, deadline_
         + ("" if hours is None else f"; about {hours:.1f} h of training left at the recorded runs' rate per local "
                                     f"step on {kind} (about {hours / max(workers, 1):.1f} h with "
                                     f"{workers} worker(s) at once)"))
+    return todo, jobs
+
+
+def _run_jobs(pool, jobs: list[list[Config]], workers: int, job_args: tuple, labels: dict, start: float,
+              log=print) -> dict[str, int]:
+    """Feed ``jobs`` to ``pool``, ``workers`` at once, until they are done or the deadline of ``job_args``
+    (``_record_job``'s arguments after the job) passes; each outcome logged. Returns the counts."""
+    import time
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    deadline, batched = job_args[2], job_args[3]
+    total = sum(map(len, jobs))
     counts = {"done": 0, "failed": 0, "left": 0}
-    labels = run_labels(todo)
-    if not jobs:   # everything recorded: no worker process to start
-        return {"done": 0, "failed": 0, "skipped": len(configs), "left": 0, "wall_s": time.time() - start}
-    workers = bounded_workers(workers, len(jobs), "records' worker processes")
-    pool = start_pool(workers, single_threaded_run_worker, what="records' worker processes")
     running: dict = {}
     queue = list(jobs)
-    try:
-        while queue or running:
-            while queue and len(running) < workers and (deadline is None or time.time() < deadline):
-                job = queue.pop(0)
-                running[pool.submit(_record_job, job, chapter, root, deadline, batched, cache_dir, scale)] = job
-            if not running:
-                break
-            limit = None if deadline is None else max(deadline + (DEADLINE_GRACE_S if batched else 0) - time.time(), 0)
-            finished, _ = wait(running, timeout=limit, return_when=FIRST_COMPLETED)
-            if not finished:
-                in_flight = sum(map(len, running.values()))
-                log(f"deadline: {in_flight} run(s) in flight stopped (their checkpoints resume them)")
-                break
-            for future in finished:
-                job = running.pop(future)
-                try:
-                    outcomes = future.result()
-                except BrokenProcessPool:
-                    raise worker_died("records command (--workers)") from None
-                except Exception as exc:
-                    outcomes = [("failed", f"{type(exc).__name__}: {exc}")] * len(job)
-                for cfg, (status, what) in zip(job, outcomes):
-                    counts[status] += 1
-                    label = labels[cfg.key()]
-                    if status == "failed":
-                        log(f"FAILED {label}: {what}")
-                    else:
-                        log(f"[{counts['done']}/{len(todo)} {time.time() - start:6.0f} s] {label}: {what}")
-    finally:
-        stop_pool(pool, kill=True)
-    return {"done": counts["done"], "failed": counts["failed"], "skipped": len(configs) - len(todo),
-            "left": len(todo) - counts["done"] - counts["failed"], "wall_s": time.time() - start}
-
-
-DEADLINE_GRACE_S = 90.0   # a run-batched group finishes the round it is in when the deadline passes
+    while queue or running:
+        while queue and len(running) < workers and (deadline is None or time.time() < deadline):
+            job = queue.pop(0)
+            running[pool.submit(_record_job, job, *job_args)] = job
+        if not running:
+            break
+        limit = None if deadline is None else max(deadline + (DEADLINE_GRACE_S if batched else 0) - time.time(), 0)
+        finished, _ = wait(running, timeout=limit, return_when=FIRST_COMPLETED)
+        if not finished:
+            log(f"deadline: {sum(map(len, running.values()))} run(s) in flight stopped (their checkpoints resume them)")
+            break
+        for future in finished:
+            job = running.pop(future)
+            try:
+                outcomes = future.result()
+            except BrokenProcessPool:
+                raise worker_died("records command (--workers)") from None
+            except Exception as exc:
+                outcomes = [("failed", f"{type(exc).__name__}: {exc}")] * len(job)
+            for cfg, (status, what) in zip(job, outcomes):
+                counts[status] += 1
+                label = labels[cfg.key()]
+                log(f"FAILED {label}: {what}" if status == "failed"
+                    else f"[{counts['done']}/{total} {time.time() - start:6.0f} s] {label}: {what}")
+    return counts
