@@ -120,14 +120,11 @@ def test_a_book_scale_table_near_chance_fails_the_build_unless_it_says_why(tmp_p
     """The dagger marks a cell below twice chance; at book scale such a table carries a flag that
     book/build.py turns into a failed notebook, unless the table gives a reason (``at_chance``); ci scale
     (a code test) never flags."""
-    import importlib.util
     import json
 
     from fedlib.studies.report import Measured, ResultsTable
 
-    spec = importlib.util.spec_from_file_location("build", "book/build.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
+    build = book_builder()
     rows = [{"method": "A", "acc": Measured(12.0, 0.0, 1)}, {"method": "B", "acc": Measured(80.0, 0.0, 1)}]
     flagged = ResultsTable(rows, scale="book", classes=10)._repr_html_()
     explained = ResultsTable(rows, scale="book", classes=10, at_chance="the paper's point: it fails here")
@@ -212,13 +209,10 @@ def test_each_table_names_the_record_file_of_every_run_and_the_command_that_reco
 def test_a_book_page_shows_one_parameters_cell_with_the_values_of_its_build(tmp_path):
     """papermill leaves the notebook's parameters cell (defaults, commented) and adds its injected cell; the book
     shows one cell: the defaults replaced by the injected values, their comments kept, the injected cell gone."""
-    import importlib.util
 
     import nbformat
 
-    spec = importlib.util.spec_from_file_location("build", "book/build.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
+    build = book_builder()
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_markdown_cell("# Title"),
                 nbformat.v4.new_code_cell('scale = "book"      # ci | book | paper\nsettings = [1, 2, 3]\nseeds = 3',
@@ -241,13 +235,10 @@ def test_the_status_box_is_the_first_thing_under_a_pages_title(tmp_path):
     """The set-up cell's status box moves into a cell of its own (input hidden) right after the title and the
     paper's citation line, before the introduction; the set-up keeps its other outputs; a page without a box is
     left as it is."""
-    import importlib.util
 
     import nbformat
 
-    spec = importlib.util.spec_from_file_location("build", "book/build.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
+    build = book_builder()
     box = nbformat.v4.new_output("display_data", data={"text/html": "<div class='verdict'><p><strong>Where this "
                                                                     "chapter stands.</strong> ...</p></div>"})
     printed = nbformat.v4.new_output("stream", name="stdout", text="scale book: 8 rounds\n")
@@ -318,13 +309,10 @@ def test_the_layout_check_finds_what_is_wider_than_the_column_uncaptioned_figure
     """book/build.py opens every built page in headless Chromium (where installed) and fails the build on a verdict
     box, table or note that needs horizontal scrolling, a notebook's figure without a caption, and a number broken
     inside its cell; a captioned figure and a box that wraps pass."""
-    import importlib.util
 
     import pytest
 
-    spec = importlib.util.spec_from_file_location("build", "book/build.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
+    build = book_builder()
     browser = build.find_browser()
     if browser is None:
         pytest.skip("no Chromium on this machine")
@@ -402,16 +390,13 @@ def test_a_measured_cell_is_its_text_and_keeps_its_numbers_through_copies_proces
 def test_the_whole_book_prints_to_one_pdf_offline(tmp_path):
     """``python -m fedlib book --pdf``: Sphinx's single page of the book, printed by headless Chromium (where
     installed), every page of the table of contents in one PDF."""
-    import importlib.util
     import shutil
     import sys
     from pathlib import Path
 
     import pytest
 
-    spec = importlib.util.spec_from_file_location("build", "book/build.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
+    build = book_builder()
     browser = build.find_browser()
     if browser is None:
         pytest.skip("no Chromium on this machine")
@@ -428,3 +413,13 @@ def test_the_whole_book_prints_to_one_pdf_offline(tmp_path):
 
         text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True).stdout
         assert "alpha words" in text and "omega words" in text
+
+
+def book_builder():
+    """book/build.py (the book's builder: not a package module), loaded by path."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build", "book/build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    return build

@@ -892,24 +892,23 @@ def test_a_stopped_worker_process_is_one_line_and_the_next_run_starts_afresh(cap
     assert main([*args[:-1], "rounds=1"]) == 0   # a fresh pool
 
 
-def test_a_pool_with_a_stopped_idle_worker_is_shut_down_without_waiting_for_it():
-    """A worker stopped while idle never exits on its own: shutting its pool down (as the interpreter does at
-    exit) waited forever and held CI past its time limit."""
+@contextlib.contextmanager
+def pool_with_a_stopped_worker(wait_for_the_stop: bool):
+    """A started pool of two workers, the first one SIGSTOPped (waiting until the stop has landed, or not); on
+    leaving, every worker must be gone within 10 s, and any left is killed whatever the test did."""
     import os
     import signal
     import time
 
-    from fedlib.engine.workers import process_state, start_pool, stop_pool, worker_process_setup
+    from fedlib.engine.workers import process_state, start_pool, worker_process_setup
 
     pool = start_pool(2, worker_process_setup)
     pids = [p.pid for p in pool._processes.values()]
     os.kill(pids[0], signal.SIGSTOP)
     try:
-        while process_state(pids[0]) not in ("T", "t"):   # the signal lands asynchronously
+        while wait_for_the_stop and process_state(pids[0]) not in ("T", "t"):   # the signal lands asynchronously
             time.sleep(0.01)
-        started = time.time()
-        stop_pool(pool)
-        assert time.time() - started < 10
+        yield pool
         deadline = time.time() + 10
         while any(process_state(pid) not in (None, "Z") for pid in pids) and time.time() < deadline:
             time.sleep(0.05)
@@ -918,35 +917,35 @@ def test_a_pool_with_a_stopped_idle_worker_is_shut_down_without_waiting_for_it()
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_pool_with_a_stopped_idle_worker_is_shut_down_without_waiting_for_it():
+    """A worker stopped while idle never exits on its own: shutting its pool down (as the interpreter does at
+    exit) waited forever and held CI past its time limit."""
+    import time
+
+    from fedlib.engine.workers import stop_pool
+
+    with pool_with_a_stopped_worker(wait_for_the_stop=True) as pool:
+        started = time.time()
+        stop_pool(pool)
+        assert time.time() - started < 10
 
 
 def test_a_worker_stopped_after_the_pool_was_told_to_stop_is_killed_after_the_grace_time():
     """The stop can land between the check for stopped workers and the wait for their exit: the wait is bounded
     (grace_s) and a worker still alive then is killed, so neither the shutdown nor the interpreter's exit hangs."""
-    import os
-    import signal
     import threading
     import time
 
-    from fedlib.engine.workers import process_state, start_pool, stop_pool, worker_process_setup
+    from fedlib.engine.workers import stop_pool
 
-    pool = start_pool(2, worker_process_setup)
-    pids = [p.pid for p in pool._processes.values()]
-    os.kill(pids[0], signal.SIGSTOP)   # the check below may or may not see it yet: either way the stop is bounded
-    try:
+    with pool_with_a_stopped_worker(wait_for_the_stop=False) as pool:   # the check may or may not see the stop
         started = time.time()
         done = threading.Thread(target=stop_pool, args=(pool,), kwargs={"grace_s": 2.0})
         done.start()
         done.join(timeout=30)
         assert not done.is_alive() and time.time() - started < 30
-        deadline = time.time() + 10
-        while any(process_state(pid) not in (None, "Z") for pid in pids) and time.time() < deadline:
-            time.sleep(0.05)
-        assert all(process_state(pid) in (None, "Z") for pid in pids)
-    finally:
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.parametrize("suffix", [".lock", ".json"])
