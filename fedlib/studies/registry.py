@@ -130,10 +130,11 @@ class Chapter:
             tables = {"": (self.study.headline_rows(runs, scale), found, self.test_sets(scale))}
         else:
             return found
+        keys = getattr(self.study, "HEADLINE_KEYS", 1)   # label columns repeated in each part of a split table
         for title, (rows, records, test_set) in tables.items():
             if title:
                 display(Markdown(f"**{title}, {scale} scale**"))
-            show_table(rows, records, scale, test_set)
+            show_table(rows, records, scale, test_set, keys=keys if not title else 1)
         return found
 
     def methods(self) -> list[str]:
