@@ -317,10 +317,11 @@ def side_by_side(runs: dict, kind: str) -> list[dict]:
         to_best = paired_margin(runs, kind, m, best) if m != best else None
         glob = per_seed(runs[(kind, m)], "global_acc")
         diverged = sum("diverged" in r for r in runs[(kind, m)])   # seeds whose loss became nan: not averaged
+        personal = fmt(last_round_stats(runs[(kind, m)]))   # a Measured cell: its floor and dagger read its numbers
         rows.append({
             "method": LABELS[m],
-            "personalized (%)": fmt(last_round_stats(runs[(kind, m)]))
-            + (f" ({diverged} seed{'s' if diverged > 1 else ''} diverged)" if diverged else ""),
+            "personalized (%)": personal if not diverged else    # a diverged seed's note makes the cell text
+            f"{personal} ({diverged} seed{'s' if diverged > 1 else ''} diverged)",
             "difference to the best": "-" if to_best is None else f"{to_best.mean:+.2f}",
             "95% CI": "-" if to_best is None or to_best.interval is None else
             f"[{to_best.interval[0]:+.2f}, {to_best.interval[1]:+.2f}]",
