@@ -84,7 +84,7 @@ def max_difference(a, b) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", REQUIRED + ["fedpac", "moon", "ditto", "fedrep", "lg_fedavg"])
+@pytest.mark.parametrize("method", REQUIRED + ["fedpac", "moon", "ditto", "fedrep", "lg_fedavg", "apfl"])
 def test_batched_executor_matches_sequential(method):
     for overhead in (0.0, 1e6):  # one bucket per step count / one bucket with masked clients
         rounds, fed = compare_rounds(method, "batched", options={"overhead": overhead})

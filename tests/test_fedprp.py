@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from fedlib.engine.core import Batch, Out, Server
 from fedlib.errors import ConfigError
 from fedlib.experiment import build, make_config, run
-from fedlib.methods.apfl import ALPHA, V, mixed
+from fedlib.methods.apfl import ALPHA, APFL, V, mixed
 from fedlib.methods.creff import class_gradients, gradient_distance
 from fedlib.methods.fedic import gated_ensemble
 from fedlib.methods.fedprp import FedPRP, consistency_loss, discrimination_loss, moving_average
@@ -184,6 +184,35 @@ def test_apfl_loss_gives_the_papers_three_updates():
     assert torch.allclose(gw, g_w)                                    # w <- w - eta grad f(w)
     assert torch.allclose(gv, alpha * g_bar)                          # v <- v - eta grad_v f(v_bar)
     assert torch.isclose(ga, ((v - w["head.weight"]) * g_bar).sum())  # alpha <- alpha - eta <v - w, grad f(v_bar)>
+
+
+def test_apfl_alpha_steps_are_projected_onto_the_unit_interval():
+    """alpha leaves [0, 1] only to be put back on its edge, where the next gradient still reaches it (clipping it
+    inside the forward instead froze an alpha that had crossed 0: APFL became FedAvg)."""
+    phase = APFL().local_phases(None)[0]
+    projected = phase.project({ALPHA: torch.tensor(-0.2), "head.weight": torch.tensor([-3.0, 4.0])})
+    assert projected[ALPHA] == 0 and torch.equal(projected["head.weight"], torch.tensor([-3.0, 4.0]))
+    assert phase.project({ALPHA: torch.tensor(1.3)})[ALPHA] == 1
+    assert phase.project({ALPHA: torch.tensor(0.4)})[ALPHA] == torch.tensor(0.4)
+    # at the edge alpha = 0 the gradient is <v - w, grad f(w)>, not 0
+    torch.manual_seed(1)
+    x, y = torch.randn(5, 3), torch.tensor([0, 1, 1, 0, 1])
+    w, v = {"head.weight": torch.randn(2, 3)}, torch.randn(2, 3)
+    alpha = torch.tensor(0.0, requires_grad=True)
+    loss = F.cross_entropy(x @ mixed(alpha, {V + "head.weight": v}, w)["head.weight"].T, y)
+    (ga,) = torch.autograd.grad(loss, [alpha])
+    W = w["head.weight"].clone().requires_grad_(True)
+    (g_w,) = torch.autograd.grad(F.cross_entropy(x @ W.T, y), [W])
+    assert torch.isclose(ga, ((v - w["head.weight"]) * g_w).sum()) and ga != 0
+
+
+@pytest.mark.parametrize("executor", ["sequential", "batched"])
+def test_apfl_alpha_stays_in_the_unit_interval_in_every_executor(executor):
+    """Started near 1 with a large rate, alpha runs into the edge; every executor stops it there."""
+    fed = build(make_config(method="apfl", hyper={"alpha_init": 0.99}, executor=executor, **{**DIGITS, "lr": 0.2}))
+    fed.run()
+    alphas = [float(c.model[ALPHA]) for c in fed.clients]
+    assert all(0 <= a <= 1 for a in alphas) and 1.0 in alphas, alphas
 
 
 # ---------------------------------------------------------------------- FedRoD

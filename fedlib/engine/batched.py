@@ -260,6 +260,7 @@ class BatchedTrainer:
                 with around_forward():
                     grads, loss = step_fn(train_p, frozen_p, self.x[ids], self.y[ids], w[s], ctx_inputs)
                 new_p, new_state = opt.update(train_p, grads, opt_state, unused)
+                new_p = phase.project(new_p)
                 contribution = loss.double() * w[s].sum(1).double()
                 if s < shortest:
                     train_p, opt_state = new_p, new_state

@@ -55,6 +55,13 @@ class Phase:
     # step(batch, params, ctx) -> loss: fills ``.grad`` of ``params`` itself (bi-level methods: pFedMe,
     # Per-FedAvg). Such a phase cannot be batched across clients; executors run it client by client.
     step: Callable | None = None
+    # projected gradient descent: (key, low, high) for trained tensors kept inside [low, high] after every
+    # optimizer step (APFL's mixing weight alpha in [0, 1])
+    bounds: tuple[tuple[str, float, float], ...] = ()
+
+    def project(self, params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``params`` with each bounded tensor clipped into its interval (new tensors; the rest as given)."""
+        return {**params, **{k: params[k].clamp(low, high) for k, low, high in self.bounds}}
 
 
 @dataclass(frozen=True)

@@ -265,6 +265,9 @@ class Trainer:
                         with around_forward():
                             loss = phase.step(batch, trainable, ctx)
                     opt.step()
+                    with torch.no_grad():   # projected steps (Phase.bounds)
+                        for key, low, high in phase.bounds:
+                            trainable[key].clamp_(low, high)
                     steps += 1
                     total += loss.detach().double() * len(idx)
                     count += len(idx)

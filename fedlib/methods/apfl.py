@@ -9,9 +9,12 @@ The server averages the w_i (FedAvg).
 In fedlib the three updates are one loss of the batch, f(w) + f(alpha v + (1 - alpha) sg(w)) with
 sg() stopping the gradient: w gets grad f(w), v gets alpha grad f(v_bar), alpha gets <v - w, grad f(v_bar)>,
 all at the same point, so the step is an ordinary (vmappable) step. v and alpha are client-private
-"extra.*" tensors; alpha is used clipped to [0, 1]. Readings: v starts at the initial model and
-alpha at ``alpha_init`` = 0.5; the personalized model at evaluation mixes v_i with the current
-global model."""
+"extra.*" tensors. alpha lives in [0, 1] (the paper's min over alpha in [0, 1]): it is projected back
+after every step (``Phase.bounds``), as the authors' code clips it, so a step that leaves the interval
+stops at its edge and the next gradient can bring it back (clipping inside the forward instead gives a
+zero gradient outside [0, 1] and freezes alpha there for good: alpha at 0 made APFL FedAvg). Readings:
+v starts at the initial model and alpha at ``alpha_init`` = 0.5; the personalized model at evaluation
+mixes v_i with the current global model."""
 from dataclasses import dataclass
 
 import torch
@@ -32,8 +35,8 @@ class ApflHyper(Hyper):
 
 
 def mixed(alpha: torch.Tensor, v: dict, w: dict, detach_w: bool = True) -> dict:
-    a = alpha.clamp(0, 1)
-    return {k: a * v[V + k] + (1 - a) * (w[k].detach() if detach_w else w[k]) for k in w}
+    """v_bar = alpha v + (1 - alpha) w; alpha is kept in [0, 1] by the projected step."""
+    return {k: alpha * v[V + k] + (1 - alpha) * (w[k].detach() if detach_w else w[k]) for k in w}
 
 
 @register
@@ -44,6 +47,7 @@ class APFL(Method):
     cite = "deng2020apfl"
     Hyper = ApflHyper
     personalized = True
+    version = 2   # alpha projected onto [0, 1] after each step (version 1 clipped it in the forward: frozen at 0)
 
     def receive(self, ctx):
         models = super().receive(ctx)
@@ -54,7 +58,7 @@ class APFL(Method):
         return models
 
     def local_phases(self, ctx):
-        return [Phase(trainable=PARTS + ("extra",))]
+        return [Phase(trainable=PARTS + ("extra",), bounds=((ALPHA, 0.0, 1.0),))]
 
     def local_loss(self, out, batch, params, ctx):
         w = {k: p for k, p in params.items() if not k.startswith("extra.")}
