@@ -4,7 +4,15 @@ Local: the head trains first with the body frozen (``head_epochs``), then the bo
 CE + lambda * MSE(z, C_bar^(y)). Server: bodies averaged by sample size; client i's head is
 sum_j a_ij head_j with a_i = argmin a^T (diag(v) + D_i) a on the simplex, where
 D_i[j1, j2] = sum_k (h_ik - h_j1k).(h_ik - h_j2k), h_jk = p_j(k) * C_j^(k) and v_j the feature
-variance of client j. A client whose matrix is not PSD keeps its own head."""
+variance of client j. A client whose matrix is not PSD keeps its own head.
+
+Readings of the authors' code (github.com/JianXu95/FedPAC) that differ from fedlib's defaults, as switches:
+``statistics="received"`` computes the combination's statistics (counts, h_jk, v_j) on the model a client
+receives, before its local training (fedlib: on the trained model; the global prototypes come from the trained
+model either way); ``head_lr`` gives the head step a rate of its own (the code: 0.1, whatever the experiment's).
+The code's other differences are the experiment's, not the method's: SGD with momentum 0.5 and weight decay 5e-4
+at lr 0.01 for every method, and its FMNIST CNN (``model="cnn_pac"``)."""
+import dataclasses
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -15,14 +23,27 @@ from fedlib.aggregate import difference_grams, is_psd, mix, select, simplex_qp_b
 from fedlib.engine.core import Phase
 from fedlib.engine.core import cross_entropy_loss as ce_loss
 from fedlib.losses import cross_entropy, prototype_mse
-from fedlib.methods.base import NON_NEGATIVE, POSITIVE, Hyper, PerClientAggregation, PrototypeSharing, hyper
+from fedlib.methods.base import (
+    NON_NEGATIVE,
+    POSITIVE,
+    Hyper,
+    PerClientAggregation,
+    PrototypeSharing,
+    added_later,
+    hyper,
+)
 from fedlib.methods.registry import register
+from fedlib.prototypes import feature_variance
+
+STATISTICS = ("trained", "received")   # the model the combination's statistics are computed on
 
 
 @dataclass
 class PacHyper(Hyper):
     lam: float = hyper(1.0, NON_NEGATIVE)
     head_epochs: int = hyper(1, POSITIVE)
+    statistics: str = added_later("trained", STATISTICS)
+    head_lr: float | None = added_later(None, POSITIVE)   # None: the experiment's rate
 
 
 def collaboration_matrices(protos: torch.Tensor, counts: torch.Tensor, variances: torch.Tensor) -> np.ndarray:
@@ -55,10 +76,16 @@ class FedPAC(PerClientAggregation, PrototypeSharing):
     personalized = True
     has_global_model = False
     upload_variance = True
-    upload_keys: ClassVar[tuple[str, ...]] = ("head",)
+    upload_keys: ClassVar[tuple[str, ...]] = ("head", "received_protos", "received_counts", "received_variance")
+
+    def receive(self, ctx):
+        models = super().receive(ctx)
+        if self.hp.statistics == "received":   # the authors' code: before local training
+            ctx.scratch["received"] = self.local_statistics(ctx, models["local"])
+        return models
 
     def local_phases(self, ctx):
-        return [Phase(trainable=("head",), epochs=self.hp.head_epochs, loss=ce_loss),
+        return [Phase(trainable=("head",), epochs=self.hp.head_epochs, loss=ce_loss, lr=self.hp.head_lr),
                 Phase(trainable=("body", "projector"))]
 
     def local_loss(self, out, batch, params, ctx):
@@ -68,12 +95,44 @@ class FedPAC(PerClientAggregation, PrototypeSharing):
     def upload(self, ctx, models, result):
         up = super().upload(ctx, models, result)
         up["head"] = select(models["local"], ("head",))
+        if self.hp.statistics == "received":
+            counts, protos, sq = ctx.scratch["received"]
+            up.update(received_protos=protos, received_counts=counts.long(),
+                      received_variance=feature_variance(counts, sq, protos))
         return up
 
     def aggregate(self, server, uploads):
         super().aggregate(server, uploads)
         ids, ups = list(uploads), list(uploads.values())
-        A = collaboration_weights(torch.stack([u["protos"] for u in ups]), torch.stack([u["counts"] for u in ups]),
-                                  torch.stack([u["variance"] for u in ups]))
+        prefix = "received_" if self.hp.statistics == "received" else ""
+        A = collaboration_weights(*(torch.stack([u[prefix + key] for u in ups])
+                                    for key in ("protos", "counts", "variance")))
         self.store_personal(server, ids, mix([u["head"] for u in ups], A))
         server.state["weights"] = {"participants": ids, "beta": A}
+
+
+@dataclass(frozen=True)
+class CodeReading:
+    """One way the authors' code runs FedPAC differently from fedlib's default: what it changes of the method's
+    hyperparameters and of the experiment's fields."""
+    says: str
+    hyper: tuple[tuple[str, object], ...] = ()
+    fields: tuple[tuple[str, object], ...] = ()
+
+    def applied(self, cfg):
+        """``cfg`` (an experiment Config) run this way."""
+        return dataclasses.replace(cfg, hyper={**cfg.hyper, **dict(self.hyper)}, **dict(self.fields))
+
+
+# the authors' code (github.com/JianXu95/FedPAC: methods/fedpac.py, running.py, models/cnn.py, options.py)
+CODE_READINGS = {
+    "statistics before training": CodeReading("the combination's statistics on the received model, before local "
+                                              "training", hyper=(("statistics", "received"),)),
+    "head rate 0.1": CodeReading("the head's step at a fixed rate of 0.1", hyper=(("head_lr", 0.1),)),
+    "momentum, weight decay, lr 0.01": CodeReading("SGD with momentum 0.5 and weight decay 5e-4 at lr 0.01",
+                                                   fields=(("momentum", 0.5), ("weight_decay", 5e-4), ("lr", 0.01))),
+    "the code's CNN": CodeReading("its FMNIST CNN (conv2 padding 1, leaky ReLU: 117,066 parameters)",
+                                  fields=(("model", "cnn_pac"),)),
+}
+ALL_OF_THE_CODE = CodeReading("all four", hyper=tuple(kv for r in CODE_READINGS.values() for kv in r.hyper),
+                              fields=tuple(kv for r in CODE_READINGS.values() for kv in r.fields))

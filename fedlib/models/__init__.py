@@ -65,6 +65,17 @@ def cnn2(input_shape, num_classes: int) -> SplitModel:
     return SplitModel(nn.Sequential(convs, nn.Linear(flat, 128), nn.ReLU()), 128, num_classes)
 
 
+def cnn_pac(input_shape, num_classes: int) -> SplitModel:
+    """FedPAC's official FMNIST CNN: conv16 (5x5) -> pool -> conv32 (5x5, padding 1) -> pool -> fc128 | head fc K,
+    leaky ReLU after each layer (pool and leaky ReLU commute, both monotone); 117,066 parameters on 28x28 images
+    against ``cnn2``'s 80,202."""
+    size = ((input_shape[1] - 4) // 2 + 2 - 4) // 2
+    body = nn.Sequential(nn.Conv2d(input_shape[0], 16, 5), nn.MaxPool2d(2), nn.LeakyReLU(),
+                         nn.Conv2d(16, 32, 5, padding=1), nn.MaxPool2d(2), nn.LeakyReLU(), nn.Flatten(),
+                         nn.Linear(32 * size * size, 128), nn.LeakyReLU())
+    return SplitModel(body, 128, num_classes)
+
+
 def cnn3(input_shape, num_classes: int) -> SplitModel:
     """FedGPA 5.1.1 (CIFAR-10/CINIC-10/CIFAR-100): conv16-conv32-conv64 -> fc128 | head fc K.
 
@@ -146,8 +157,8 @@ def mlp(input_shape, num_classes: int, hidden: int = 128) -> SplitModel:
                       hidden, num_classes)
 
 
-MODELS = {"cnn2": cnn2, "cnn3": cnn3, "cnn_fedavg": cnn_fedavg, "cnn_cspc": cnn_cspc, "resnet18": resnet18,
-          "resnet18_cspc": resnet18_cspc,
+MODELS = {"cnn2": cnn2, "cnn_pac": cnn_pac, "cnn3": cnn3, "cnn_fedavg": cnn_fedavg, "cnn_cspc": cnn_cspc,
+          "resnet18": resnet18, "resnet18_cspc": resnet18_cspc,
           "mlp": mlp, "projection": projection, "projection_fc": projection_fc,
           "projection_official_head": projection_official_head}
 DEFAULT_MODEL = {"fmnist": "cnn2", "mnist": "cnn2", "emnist": "cnn2", "digits": "cnn2", "usps": "cnn2",

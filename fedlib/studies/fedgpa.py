@@ -12,6 +12,7 @@ import numpy as np
 
 from fedlib.data.partition import fedgpa_setting
 from fedlib.experiment import Config, make_config
+from fedlib.methods.fedpac import ALL_OF_THE_CODE, CODE_READINGS, CodeReading
 from fedlib.plots import chance_line, floor_line
 from fedlib.studies.claims import (
     Claim,
@@ -213,6 +214,10 @@ SINGLE_MODEL = ("fedavg", "fedprox", "scaffold")   # one global model
 SPLIT_MODEL = ("fedbabu", "fedpac", "fedgpa")      # extractor and classifier treated apart
 OLDER_PFL, NEWER_PFL = ("fedper", "lg_fedavg"), ("fedbabu", "fedpac")
 CELL_NAMES = ("", "Setting {}", "s = {}")          # the comparison table's key: (method, setting, s)
+# FedPAC as its authors' code runs it (fedlib.methods.fedpac.CODE_READINGS), against fedlib's FedPAC
+PAC_TABLE, FEDLIB_PAC = "fedpac_readings", "fedlib"
+PAC_READINGS: dict[str, CodeReading] = {FEDLIB_PAC: CodeReading("fedlib's FedPAC"), **CODE_READINGS,
+                                        "all of the code's": ALL_OF_THE_CODE}
 
 
 def paper_gap(plus, minus, cells=None) -> float:
@@ -353,11 +358,23 @@ CLAIMS = (
           "a hundredth of a row's weight (with 20 clients a uniform row gives each 0.05)",
           reading="the mean self-weight of FedGPA's last logged alpha and of beta higher at s = 20 than at s = 80 "
                   "(Setting 3)", unit="weight"),
+    Claim("fedpac_as_its_code", "FedPAC run as its authors' code runs it is within a point of fedlib's FedPAC",
+          "(a hypothesis of this book about the FedPAC baseline, which decides claims here, in FedMate's chapter and "
+          "on the side-by-side page)", "FedPAC's official code (github.com/JianXu95/FedPAC)",
+          (Pairs(PAC_TABLE, tuple((Row(name, name), Row(FEDLIB_PAC, "fedlib's FedPAC")) for name in PAC_READINGS
+                                  if name != FEDLIB_PAC), METRIC, slot=0, names=("", "s = {}"), test="equivalent"),),
+          "-", None, 1.0, "a point of accuracy: FedGPA's leads over FedPAC in the paper are 0.18-0.73 points",
+          hypothesis=True, scales=("reference",),
+          reading="each of the code's readings (and all four at once) against fedlib's FedPAC, Setting 1, each s, "
+                  "within +-delta (two one-sided tests); the FedGPA paper states plain SGD at lr 0.02 and its own CNN "
+                  "for every method, which is fedlib's FedPAC"),
 )
 TABLE_RUNS = {"comparison": "10 methods x Settings 1-3 x s in {20, 80} (Fig. 4 reads FedGPA's logged weights in "
                             "Setting 3)",
               "ablation": "FedGPA with its modules switched on one by one, Setting 1, s = 20",
               "mu_sweep": f"FedGPA, mu in {MU_SWEEP}, Setting 3, s in {{20, 80}}",
+              "fedpac_readings": "FedPAC as fedlib runs it and as its authors' code does (each reading alone, then all "
+                                 "four), Setting 1, s in {20, 80}",
               TIMED: "Table 7's six methods, a round of each per repetition, timed side by side on one machine "
                         "(python -m fedlib timing fedgpa: results/timing/fedgpa.json)"}
 
@@ -571,6 +588,43 @@ def mu_sweep(s_values, scale: str, store: str | None = None) -> tuple[dict, dict
     return {s: {mu: mean_std(runs[(s, mu)]) for mu in MU_SWEEP} for s in s_values}, runs
 
 
+def fedpac_readings_grid(scale: str) -> dict:
+    """FedPAC under each of its code's readings, Setting 1, s in {20, 80}: {(reading, s): configs over the sweep's
+    seeds}; fedlib's own FedPAC is the comparison's cell (the same records)."""
+    seeds = SCALES[scale].sweep_seeds
+    return {(name, s): with_seeds(reading.applied(config("fedpac", 1, s, scale)), seeds)
+            for name, reading in PAC_READINGS.items() for s in (20, 80)}
+
+
+def fedpac_readings_rows(scale: str = "reference") -> tuple[list[dict], list[dict]]:
+    """Each reading's FedPAC beside fedlib's, from the committed records: its accuracy, its difference from fedlib's
+    FedPAC and FedGPA's margin over it, paired by seed (mean [one-sided 95% bounds], as the verdicts give them);
+    (rows, records)."""
+    from fedlib.studies.claims import paired
+    from fedlib.studies.common import stored_grid
+    from fedlib.studies.decide import Compared, signed
+
+    runs = {cell: c["records"] for cell, c in stored_grid("fedgpa", fedpac_readings_grid(scale)).items()}
+    gpa = {s: c["records"] for (_, _, s), c in stored_grid("fedgpa", comparison_grid((1,), (20, 80), ["fedgpa"],
+                                                                                       scale)).items()}
+
+    def interval(diffs: dict[int, float]) -> str:
+        c = Compared("", tuple(diffs), tuple(diffs.values()))
+        if c.interval is None:
+            return f"{signed(c.mean)} (n={c.n})" if diffs else "-"
+        return f"{signed(c.mean)} [{signed(c.interval[0])}, {signed(c.interval[1])}] (n={c.n})"
+
+    rows = []
+    for (name, s), records in runs.items():
+        if not records:
+            continue
+        rows.append({"reading": name, "what it changes": PAC_READINGS[name].says, "s": s,
+                     "FedPAC": fmt(mean_std(records, METRIC)),
+                     "− fedlib's FedPAC": interval(paired(records, runs[(FEDLIB_PAC, s)], METRIC)),
+                     "FedGPA − it": interval(paired(gpa[s], records, METRIC))})
+    return rows, [r for records in runs.values() for r in records]
+
+
 def s_sweep(methods, scale: str, s_grid=(0, 20, 50, 80)) -> tuple[dict, dict]:
     """Accuracy against the skew s, Setting 1 (cf. Fig. 5): ({method: {s: (mean, std, n)}}, runs)."""
     seeds = SCALES[scale].sweep_seeds
@@ -750,7 +804,8 @@ def tables(scale: str) -> dict:
            # (records fedgpa --scale reference --precision bf16 --tables headline)
            "headline": comparison_grid((1,), (20, 80), METHODS, scale)}
     if scale == "reference":   # the evidence first: it is cheap and says what the budget can decide
-        out = {"convergence": convergence_grid(comparison_grid((1,), (20,), CONVERGENCE, scale)), **out}
+        out = {"convergence": convergence_grid(comparison_grid((1,), (20,), CONVERGENCE, scale)), **out,
+               PAC_TABLE: fedpac_readings_grid(scale)}
     return out
 
 
