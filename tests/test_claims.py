@@ -160,6 +160,11 @@ def test_the_box_names_the_deciding_comparison_delta_the_papers_effect_the_looks
     assert "2 looks (seeds 3 and 4 added after the verdict at seeds 0-2 was seen): one-sided 97.5% bounds" in box
     assert "(1 claim of the paper; 1 hypothesis of this book beside them: holds 1)" in box
     assert "a hypothesis of this book, not a claim of the paper: not counted" in box
+    # shown at once: the deciding comparison, the paper's effect, whether the margin moves; folded: delta, the looks
+    shown, folded = box.split("<details class='claim-detail'>", 1)
+    assert "weakest: ours − rival" in shown and "the paper's effect +10.00" in shown
+    assert "no margin by round: the comparison is not read off a training history" in shown
+    assert "delta 0.5: a reason" in folded.split("</details>", 1)[0] and "2 looks" in folded.split("</details>", 1)[0]
 
 
 # ---------------------------------------------------------------------- every chapter's declarations

@@ -105,21 +105,27 @@ def deciding_text(a: Assessment) -> str:
     return f"{role}: {head}; {tally}{missing}"
 
 
-def detail_lines(a: Assessment) -> list[str]:
-    """Everything a verdict rests on, a line each."""
+def key_lines(a: Assessment) -> list[str]:
+    """What a verdict shows at once: its deciding comparison with its interval, and where the paper's effect falls."""
     c = a.claim
     d = a.decision
     lines = [deciding_text(a)]
-    unit = "" if c.unit == "points" else f" {c.unit}"
-    lines.append(f"delta {c.delta:g}{unit}: {c.delta_reason}")
     if d.below_delta:
         lines.append("holds, but by less than delta: the upper bound is below it")
     where = effect_position(c.paper_effect, d.deciding) if d.kind != "most" else ""   # "most": a count, not one effect
     if where:
+        unit = "" if c.unit == "points" else f" {c.unit}"
         lines.append(f"the paper's effect {signed(c.paper_effect or 0.0)}{unit}: {where}")
-    lines.append(f"{a.scale} scale, {seeds_words(a.seeds) if a.seeds else 'no seeds'}; {level_words(a)}"
-                 + ("" if a.complete else "; not every comparison has three paired seeds: a partial check"))
     return lines
+
+
+def detail_lines(a: Assessment) -> list[str]:
+    """The rest a verdict rests on, a line each: delta and its reason, the scale, seeds and looks."""
+    c = a.claim
+    unit = "" if c.unit == "points" else f" {c.unit}"
+    return [f"delta {c.delta:g}{unit}: {c.delta_reason}",
+            f"{a.scale} scale, {seeds_words(a.seeds) if a.seeds else 'no seeds'}; {level_words(a)}"
+            + ("" if a.complete else "; not every comparison has three paired seeds: a partial check")]
 
 
 def path_text(path: dict[int, float], points: int = 8) -> str:
@@ -131,11 +137,20 @@ def path_text(path: dict[int, float], points: int = 8) -> str:
 
 
 def budget_lines(v: Verdict) -> list[str]:
-    """The deciding comparison's margin by round at each scale that has it, and whether it still moves."""
-    lines = [f"margin by round, {scale} scale: {path_text(path)}" for scale, path in v.trajectory.items()]
+    """The deciding comparison's margin by round at each scale that has it."""
+    return [f"margin by round, {scale} scale: {path_text(path)}" for scale, path in v.trajectory.items()]
+
+
+def moving_lines(v: Verdict) -> list[str]:
+    """Whether the deciding margin still moves (shown at once: it changes the outcome)."""
     if v.moving:
-        lines.append(f"still moving: {v.moving}; counted as {BUDGET}")
-    return lines
+        return [f"still moving: {v.moving}; counted as {BUDGET}"]
+    if any(len(path) >= 3 for path in v.trajectory.values()):
+        return ["margin not moving: over the last third of the rounds it neither changed sign nor moved towards 0 by "
+                "more than its interval's half-width"]
+    if v.trajectory:
+        return ["margin by round: too few evaluations to tell whether it still moves"]
+    return ["no margin by round: the comparison is not read off a training history"]
 
 
 def short_text(a: Assessment) -> str:
@@ -188,8 +203,10 @@ def box_html(verdicts: list[Verdict], notes: dict[str, str]) -> str:
         else:
             raw = f" <small>(the deciding scale says {html.escape(v.decided_outcome)})</small>" \
                 if v.outcome != v.decided_outcome else ""
-            verdict_cell = f"{badge(v.outcome)}{raw} <small>({html.escape(v.deciding.scale)} scale)</small><br>" + \
-                           lines_html(detail_lines(v.deciding) + budget_lines(v))
+            verdict_cell = (f"{badge(v.outcome)}{raw} <small>({html.escape(v.deciding.scale)} scale)</small><br>"
+                            + lines_html(key_lines(v.deciding) + moving_lines(v))
+                            + f"<details class='claim-detail'><summary><small>delta, seeds, looks, margin by round"
+                              f"</small></summary>{lines_html(detail_lines(v.deciding) + budget_lines(v))}</details>")
             for name, a in v.beside.items():
                 verdict_cell += f"<br><small><em>{html.escape(name)}</em>: {html.escape(short_text(a))}</small>"
             if v.disagree:
