@@ -258,3 +258,18 @@ def test_the_deciding_margin_by_round_and_whether_it_still_moves():
     assert v.decided_outcome == "holds"
     moved = dataclasses.replace(v, moving="the margin changed sign")
     assert moved.outcome == BUDGET and moved.decided_outcome == "holds"
+
+
+def test_the_cost_of_a_longer_budget_is_read_off_the_deciding_runs_training_time():
+    """3x the rounds, 3 seeds: 3 * 3 * (mean 150 s + mean 300 s) = 4,050 s = 1.125 h; with the second cell recorded
+    at 3x for every seed, only the first: 3 * 3 * 150 s = 0.375 h."""
+    from fedlib.studies.claims import longer_cost
+
+    timed = lambda seconds: [{"seed": i, "wall_time_s": t} for i, t in enumerate(seconds)]  # noqa: E731
+    evidence = {"t": {"a": timed([100, 200]), "b": timed([300])}}
+    c = Comparison("a − b", (Read("t", "a", "acc", "a"),), (Read("t", "b", "acc", "b"),))
+    assert longer_cost(c, evidence).endswith("its 2 cells at 3x the rounds, 3 seeds, would take about 1.1 hours of "
+                                             "training at the deciding runs' own pace")
+    assert "1 of its 2 cells (the other is recorded) at 3x the rounds, 3 seeds, would take about 0.4 hours" in \
+        longer_cost(c, evidence, {"t": {"b": timed([1, 1, 1])}})
+    assert longer_cost(c, evidence, {"t": {"a": timed([1, 1, 1]), "b": timed([1, 1, 1])}}) == ""

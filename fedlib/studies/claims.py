@@ -333,6 +333,9 @@ class Verdict:
     trajectory: dict[str, dict[int, float]] = field(default_factory=dict)
     moving: str = ""
     beside: dict[str, Assessment] = field(default_factory=dict)   # the claim's other forms at the deciding scale
+    # where a budget shorter than the paper's decides and no longer one has the deciding comparison: what recording
+    # it longer would cost ("" otherwise)
+    longer_cost: str = ""
 
     @property
     def decided_outcome(self) -> str:
@@ -449,7 +452,31 @@ def with_trajectory(v: Verdict, evidence: dict[str, Evidence], last: dict[str, i
         if found is not None and longer is None:   # the longest budget that has the comparison
             longer, longer_scale = found, scale
     moving = still_moving(paths.get(v.deciding.scale, {}), deciding, longer, longer_scale)
-    return dataclasses.replace(v, trajectory=paths, moving=moving)
+    cost = ""
+    if v.deciding.scale != "paper" and len(paths) == 1 and paths.get(v.deciding.scale):
+        same = next(c for c in v.claim.comparisons(evidence[v.deciding.scale], labels) if c.label == deciding.label)
+        cost = longer_cost(same, evidence[v.deciding.scale], evidence.get(LONGER, {}))
+    return dataclasses.replace(v, trajectory=paths, moving=moving, longer_cost=cost)
+
+
+def longer_cost(c: Comparison, evidence: Evidence, longer: Evidence | None = None, factor: int = 3,
+                seeds: int = DECIDING_SEEDS) -> str:
+    """What recording a comparison's cells at ``factor`` times their rounds for ``seeds`` seeds would take (the cells
+    ``longer`` has for every seed left out), from the training time of the records that decide it now (their own
+    devices)."""
+    every = {(r.table, r.cell) for r in (*c.plus, *c.minus)}
+    cells = {(t, cell) for t, cell in every if len((longer or {}).get(t, {}).get(cell) or []) < seeds}
+    hours = 0.0
+    for table, cell in cells:
+        times = [float(r.get("wall_time_s", 0.0)) for r in evidence.get(table, {}).get(cell) or []]
+        if not times:
+            return ""
+        hours += factor * seeds * float(np.mean(times)) / 3600
+    others = len(every) - len(cells)
+    what = (f"its {len(every)} cells" if not others else
+            f"{len(cells)} of its {len(every)} cells ({'the other is' if others == 1 else f'{others} are'} recorded)")
+    return (f"no longer budget records this comparison yet: {what} at {factor}x the rounds, {seeds} seeds, would take "
+            f"about {hours:.1f} hours of training at the deciding runs' own pace") if cells else ""
 
 
 def counts(verdicts: Iterable[Verdict]) -> dict[str, int]:

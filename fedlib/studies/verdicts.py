@@ -142,7 +142,12 @@ def budget_lines(v: Verdict) -> list[str]:
 
 
 def moving_lines(v: Verdict) -> list[str]:
-    """Whether the deciding margin still moves (shown at once: it changes the outcome)."""
+    """Whether the deciding margin still moves (shown at once: it changes the outcome), and what a longer budget of
+    its comparison would cost where none is recorded."""
+    return moving_line(v) + ([v.longer_cost] if v.longer_cost else [])
+
+
+def moving_line(v: Verdict) -> list[str]:
     if v.moving:
         return [f"still moving: {v.moving}; counted as {BUDGET}"]
     if any(len(path) >= 3 for path in v.trajectory.values()):
