@@ -61,6 +61,12 @@ def path_of(chapter: str, key: str, root: Path = RESULTS) -> Path:
     return Path(root) / chapter / f"{key}.json"
 
 
+def committed_in(key: str, root: Path = RESULTS) -> str | None:
+    """The chapter whose folder holds the committed record ``key`` (keys are unique over chapters), or None."""
+    folders = sorted(d.name for d in Path(root).iterdir() if d.is_dir()) if Path(root).is_dir() else []
+    return next((name for name in folders if path_of(name, key, root).exists()), None)
+
+
 def write(record: dict, chapter: str, root: Path = RESULTS) -> Path:
     from fedlib.errors import StorageFailed
     from fedlib.store import atomic_text

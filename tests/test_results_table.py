@@ -182,28 +182,38 @@ def rows_lr(study) -> str:
 
 def test_each_table_names_the_record_file_of_every_run_and_the_command_that_recomputes_it(monkeypatch):
     from fedlib import results
-    from fedlib.studies.report import CURRENT, Measured, ResultsTable
+    from fedlib.studies.report import Measured, ResultsTable
 
     record = {"config": {"dataset": "fmnist", "num_clients": 2, "rounds": 1, "method": "fedgpa", "model": None},
               "final": {}, "seed": 2, "key": "0123456789abcdef", "history": []}
-    monkeypatch.setitem(CURRENT, "chapter", "fedgpa")
-    monkeypatch.setattr(results, "path_of", lambda chapter, key: type("P", (), {"exists": lambda self: True})())
+    monkeypatch.setattr(results, "committed_in", lambda key: "fedgpa")
     paper = ResultsTable([{"method": "FedGPA", "acc": Measured(50.0, 0.0, 1)}], [record], "paper")._repr_html_()
     assert "fedgpa, fmnist, seed 2: <code>results/fedgpa/0123456789abcdef.json</code> (committed)" in paper
     assert "python -m fedlib records fedgpa --scale paper: runs what is missing" in paper
     assert "(committed under results/)" in paper
-    monkeypatch.setattr(results, "path_of", lambda chapter, key: type("P", (), {"exists": lambda self: False})())
+    monkeypatch.setattr(results, "committed_in", lambda key: None)
     book = ResultsTable([{"method": "FedGPA", "acc": Measured(50.0, 0.0, 1)}], [record], "book")._repr_html_()
     # a run made by this build is not in the repository: no path into the git-ignored cache is given as its source
     assert "run 0123456789abcdef, computed when this page was built" in book and ".fedlib-cache/0123" not in book
     assert "(computed at build time)" in book and "fedlib book --config book" in book
     other = {**record, "key": "fedcba9876543210", "seed": 3}
     committed = "0123456789abcdef"
-    monkeypatch.setattr(results, "path_of", lambda _, key: type("P", (), {"exists": lambda s: key == committed})())
+    monkeypatch.setattr(results, "committed_in", lambda key: "fedgpa" if key == committed else None)
     mixed = ResultsTable([{"method": "FedGPA", "acc": "50.00 (n=2)"}], [record, other], "reference")._repr_html_()
     assert "(1 committed under results/, 1 computed at build time)" in mixed
     assert "python -m fedlib records fedgpa --scale reference" in mixed
 
+
+def test_a_committed_record_is_found_in_its_chapters_folder_from_any_page(tmp_path):
+    """The Results overview shows every chapter's committed tables: each record names the folder that holds it."""
+    from fedlib import results
+
+    (tmp_path / "fedprp").mkdir()
+    (tmp_path / "fedgpa").mkdir()
+    (tmp_path / "fedprp" / "0123456789abcdef.json").write_text("{}")
+    assert results.committed_in("0123456789abcdef", tmp_path) == "fedprp"
+    assert results.committed_in("fedcba9876543210", tmp_path) is None
+    assert results.committed_in("0123456789abcdef", tmp_path / "absent") is None
 
 
 def test_a_book_page_shows_one_parameters_cell_with_the_values_of_its_build(tmp_path):

@@ -30,9 +30,6 @@ def open_chapter(name: str, scale: str, device: str = "cpu", executor: str = "se
     set_runtime(device, executor)
     pd.set_option("display.width", 160)
     start_clock()
-    from fedlib.studies.report import CURRENT
-
-    CURRENT["chapter"] = name
     print(study.scale_summary(scale))
     from IPython.display import HTML, display
 

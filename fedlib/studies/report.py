@@ -226,9 +226,6 @@ def cell_text(v) -> str:
     return str(v)
 
 
-# the chapter whose notebook is running (``chapter.open_chapter`` sets it): where its committed records live
-CURRENT: dict[str, str | None] = {"chapter": None}
-
 # columns of results tables that hold other numbers than accuracies (never marked against chance)
 NOT_ACCURACY = ("time", "s /", "s/", "param", "round", "comm", "upload", "sent", "second", "entropy", "weight",
                 "paper", "gap", "drop", "margin")
@@ -358,16 +355,18 @@ class ResultsTable:
         from fedlib import results
         from fedlib.experiment.config import RECORDED_SCALES
 
-        chapter = CURRENT["chapter"]
-        items, built = [], 0
+        items, built, chapters = [], 0, []
         for r in self.records:
             c = r["config"]
             label = f"{html.escape(str(c['method']))}, {html.escape(str(c['dataset']))}, seed {r['seed']}"
-            if chapter and results.path_of(chapter, r["key"]).exists():
-                items.append(f"<li>{label}: <code>results/{chapter}/{r['key']}.json</code> (committed)</li>")
+            folder = results.committed_in(r["key"])   # where it is committed, whichever page shows it
+            if folder:
+                chapters.append(folder)
+                items.append(f"<li>{label}: <code>results/{folder}/{r['key']}.json</code> (committed)</li>")
             else:   # made when this page was built: kept in the builder's cache, not in the repository
                 built += 1
                 items.append(f"<li>{label}: run {r['key']}, computed when this page was built</li>")
+        chapter = chapters[0] if chapters else None
         if self.scale in RECORDED_SCALES and chapter:
             command = (f"python -m fedlib records {chapter} --scale {self.scale}: runs what is missing (delete a "
                        f"file under results/{chapter}/ to recompute it)")
