@@ -3,7 +3,6 @@ grids), ``report`` (labels, mean ± std, provenance, tables, summaries) and ``ve
 boxes). This module hands their names on, so chapters and notebooks import the common ones from one place."""
 from fedlib.studies.grid import (
                                  DEADLINE_GRACE_S,
-                                 RUNTIME,
                                  complete_runs,
                                  convergence_grid,
                                  default_workers,
@@ -41,7 +40,7 @@ from fedlib.studies.report import (
 from fedlib.studies.verdicts import box_html, smoke_html
 
 __all__ = [
-    "RUNTIME", "set_runtime", "complete_runs", "default_workers", "flat", "run_all", "run_grid", "nested", "with_seeds",
+    "set_runtime", "complete_runs", "default_workers", "flat", "run_all", "run_grid", "nested", "with_seeds",
     "stored_grid", "with_diverged", "seeds_of", "partial_seeds",
     "recording_order", "record_grid", "convergence_grid", "convergence_gap", "DEADLINE_GRACE_S", "method_labels",
     "mean_std", "fmt", "provenance", "records_in",

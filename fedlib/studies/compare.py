@@ -36,7 +36,7 @@ import numpy as np
 from fedlib.data.partition import fedgpa_setting
 from fedlib.experiment import Config, make_config
 from fedlib.studies.claims import Claim, each_above
-from fedlib.studies.common import RUNTIME, method_labels, with_seeds
+from fedlib.studies.common import method_labels, with_seeds
 from fedlib.studies.grid import Budget, Scales, stored_grid, with_diverged
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import fmt, local, per_seed
@@ -145,8 +145,7 @@ def config(method: str, kind: str, scale: str, lr: float, value=None, seed: int 
         method=method, dataset="fmnist-heldout" if heldout else dataset, partition=partition(kind, scale),
         num_clients=20, rounds=sc.rounds, local_epochs=sc.epochs, batch_size=50, lr=lr, momentum=0.5,
         weight_decay=5e-4, eval_every=sc.eval_every, hyper=hyper, seed=seed,
-        backbones=list(BACKBONES[dataset]) if method == "fedpcl" else None, device=RUNTIME["device"],
-        executor=RUNTIME["executor"])
+        backbones=list(BACKBONES[dataset]) if method == "fedpcl" else None)
 
 
 def knob_values(method: str, scale: str) -> tuple:

@@ -29,7 +29,6 @@ from fedlib.studies.claims import (
     versus,
 )
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
-    RUNTIME,
     convergence_grid,
     entropy_rows,
     fmt,
@@ -147,8 +146,7 @@ def config(method: str, setting: int, s: float, scale: str, seed: int = 0, hyper
         eval_every=sc.eval_every,
         hyper=hyper or {},
         seed=seed,
-        device=device or RUNTIME["device"],
-        executor=RUNTIME["executor"],
+        device=device or "cpu",
         global_test_size=sc.global_test,
     )  # the chapter reports personalized accuracy only
 

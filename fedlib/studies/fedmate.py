@@ -17,7 +17,6 @@ from fedlib.experiment import Config, make_config
 from fedlib.plots import chance_line
 from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Sentence, Statistic, versus
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
-    RUNTIME,
     fmt,
     mean_std,
     method_labels,
@@ -161,7 +160,7 @@ def config(method: str, dataset: str, scale: str, s: float | None = None, shards
     return make_config(method=method, dataset=dataset, partition=part, num_clients=sc.clients, rounds=sc.rounds,
                        local_epochs=sc.epochs, batch_size=sc.batch, lr=sc.lr, momentum=0.5, weight_decay=5e-4,
                        eval_every=sc.eval_every, hyper=hp, seed=seed, eval_personal_global=True,
-                       global_test_size=sc.global_test, device=RUNTIME["device"], executor=RUNTIME["executor"])
+                       global_test_size=sc.global_test)
 
 
 def ablation_config(row: str, dataset: str, s: float, scale: str, seed: int = 0) -> Config:
@@ -390,8 +389,8 @@ def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
 def classwise(scale: str, methods=FIG_METHODS) -> tuple[dict, dict]:
     """Figs. 3 and 4 (FMNIST, s = 20): per-class recall of the personalized models on the balanced test set,
     and every client's local prototypes. Returns ({method: recall per class}, {method: (prototypes, labels)})."""
-    from fedlib.experiment import trained
     from fedlib.metrics import per_class_recall
+    from fedlib.studies.grid import trained_here as trained
 
     rounds = SCALES[scale].rounds
     recall, points = {}, {}

@@ -13,7 +13,7 @@ import numpy as np
 from fedlib.experiment import Config, make_config
 from fedlib.plots import chance_line
 from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Sentence, Statistic, versus
-from fedlib.studies.common import RUNTIME, fmt, mean_std, method_labels, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
+from fedlib.studies.common import fmt, mean_std, method_labels, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
 from fedlib.studies.grid import Budget, Scales
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import local
@@ -131,8 +131,6 @@ def config(method: str, setting: str, backbones, scale: str, seed: int = 0, hype
         hyper=dict(hyper or {}),
         seed=seed,
         model=model,
-        device=RUNTIME["device"],
-        executor=RUNTIME["executor"],
     )
 
 
@@ -606,7 +604,7 @@ def plot_backbone_similarity(scale: str):
 
     from fedlib.backbones import BACKBONES
     from fedlib.data.domains import DOMAIN_LABELS, DOMAINS
-    from fedlib.experiment import trained
+    from fedlib.studies.grid import trained_here as trained
 
     federation = trained(config("fedpcl", "feature shift", MULTI, scale))
     fed = federation.data

@@ -17,7 +17,6 @@ from fedlib.experiment import Config, make_config
 from fedlib.plots import chance_line
 from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Sentence, versus
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
-    RUNTIME,
     fmt,
     mean_std,
     method_labels,
@@ -220,8 +219,7 @@ def config(
                        local_epochs=epochs, batch_size=sc.batch, lr=sc.lr, momentum=0.5, weight_decay=1e-4,
                        eval_every=sc.eval_every, hyper=hp, seed=seed, metrics=list(METRICS),
                        eval_personal_global=True, eval_clients="participants", average_global=True,
-                       global_test_size=2000 if scale != "paper" else None, device=RUNTIME["device"],
-                       executor=RUNTIME["executor"], **extra)
+                       global_test_size=2000 if scale != "paper" else None, **extra)
 
 
 def last(records: list[dict], metric: str, scale: str) -> tuple[float, float, int]:
@@ -731,7 +729,7 @@ def plot_features(scale: str, methods=("fedavg", "fedprp"), clients: int = 5):
     import matplotlib.pyplot as plt
     from sklearn.manifold import TSNE
 
-    from fedlib.experiment import trained
+    from fedlib.studies.grid import trained_here as trained
 
     sc = SCALES[scale]
     fig, axes = plt.subplots(1, len(methods), figsize=(5.5 * len(methods), 4.2))

@@ -13,7 +13,21 @@ from fedlib.engine.workers import POOLS, collecting, completed, worker_died
 from fedlib.errors import check
 from fedlib.experiment import Config, read_cached_record, run
 
+# where this session's runs execute (``set_runtime``; not part of any result's key): the chapters build their configs
+# without it, and the runs take it here, where they start (``placed``)
 RUNTIME = {"device": "cpu", "executor": "sequential"}
+
+
+def placed(cfg: Config) -> Config:
+    """``cfg`` on this session's device and executor."""
+    return dataclasses.replace(cfg, device=RUNTIME["device"], executor=RUNTIME["executor"])
+
+
+def trained_here(cfg: Config):
+    """The trained Federation of ``cfg`` on this session's device (``experiment.trained``: cached as an artifact)."""
+    from fedlib.experiment import trained
+
+    return trained(placed(cfg))
 
 
 B = TypeVar("B", bound="Budget")
@@ -114,6 +128,7 @@ def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, st
     from fedlib.experiment.records import pin_code_version
 
     workers = default_workers() if workers is None else workers
+    configs = [placed(c) for c in configs]
     pin_code_version()   # the workers' records name the code they started with
     cache = kwargs.get("cache_dir", DEFAULT_CACHE)
     out: list = [None] * len(configs)

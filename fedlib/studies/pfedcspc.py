@@ -17,7 +17,6 @@ from fedlib.experiment import Config, make_config
 from fedlib.plots import chance_line, floor_line
 from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Sentence, each_above, rounds_to_final_of, versus
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
-    RUNTIME,
     fmt,
     mean_std,
     method_labels,
@@ -205,8 +204,6 @@ def config(method: str, dataset: str, scale: str, seed: int = 0, hyper: dict | N
         eval_every=sc.eval_every,
         global_test_size=sc.global_test,
         eval_finetune_epochs=1 if finetune else 0,
-        device=RUNTIME["device"],
-        executor=RUNTIME["executor"],
     )
 
 
