@@ -163,7 +163,7 @@ def test_the_box_names_the_deciding_comparison_delta_the_papers_effect_the_looks
     # shown at once: the deciding comparison, the paper's effect, whether the margin moves; folded: delta, the looks
     shown, folded = box.split("<details class='claim-detail'>", 1)
     assert "weakest: ours − rival" in shown and "the paper's effect +10.00" in shown
-    assert "no margin by round: the comparison is not read off a training history" in shown
+    assert "no margin by round (not read off training)" in shown
     assert "delta 0.5: a reason" in folded.split("</details>", 1)[0] and "2 looks" in folded.split("</details>", 1)[0]
 
 
@@ -269,8 +269,8 @@ def test_the_cost_of_a_longer_budget_is_read_off_the_deciding_runs_training_time
     timed = lambda seconds: [{"seed": i, "wall_time_s": t} for i, t in enumerate(seconds)]  # noqa: E731
     evidence = {"t": {"a": timed([100, 200]), "b": timed([300])}}
     c = Comparison("a − b", (Read("t", "a", "acc", "a"),), (Read("t", "b", "acc", "b"),))
-    assert longer_cost(c, evidence).endswith("its 2 cells at 3x the rounds, 3 seeds, would take about 1.1 hours of "
-                                             "training at the deciding runs' own pace")
-    assert "1 of its 2 cells (the other is recorded) at 3x the rounds, 3 seeds, would take about 0.4 hours" in \
+    assert longer_cost(c, evidence) == ("no longer budget yet: 3x the rounds, 3 seeds, would take about 1.1 h of "
+                                        "training at the deciding runs' pace")
+    assert "(1 of its 2 cells: the rest are recorded): 3x the rounds, 3 seeds, would take about 0.4 h" in \
         longer_cost(c, evidence, {"t": {"b": timed([1, 1, 1])}})
     assert longer_cost(c, evidence, {"t": {"a": timed([1, 1, 1]), "b": timed([1, 1, 1])}}) == ""

@@ -473,10 +473,9 @@ def longer_cost(c: Comparison, evidence: Evidence, longer: Evidence | None = Non
             return ""
         hours += factor * seeds * float(np.mean(times)) / 3600
     others = len(every) - len(cells)
-    what = (f"its {len(every)} cells" if not others else
-            f"{len(cells)} of its {len(every)} cells ({'the other is' if others == 1 else f'{others} are'} recorded)")
-    return (f"no longer budget records this comparison yet: {what} at {factor}x the rounds, {seeds} seeds, would take "
-            f"about {hours:.1f} hours of training at the deciding runs' own pace") if cells else ""
+    what = "" if not others else f" ({len(cells)} of its {len(every)} cells: the rest are recorded)"
+    return (f"no longer budget yet{what}: {factor}x the rounds, {seeds} seeds, would take about {hours:.1f} h of "
+            "training at the deciding runs' pace") if cells else ""
 
 
 def counts(verdicts: Iterable[Verdict]) -> dict[str, int]:

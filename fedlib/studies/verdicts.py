@@ -151,11 +151,10 @@ def moving_line(v: Verdict) -> list[str]:
     if v.moving:
         return [f"still moving: {v.moving}; counted as {BUDGET}"]
     if any(len(path) >= 3 for path in v.trajectory.values()):
-        return ["margin not moving: over the last third of the rounds it neither changed sign nor moved towards 0 by "
-                "more than its interval's half-width"]
+        return ["margin settled over the last third of the rounds"]
     if v.trajectory:
-        return ["margin by round: too few evaluations to tell whether it still moves"]
-    return ["no margin by round: the comparison is not read off a training history"]
+        return ["too few evaluations to tell whether the margin still moves"]
+    return ["no margin by round (not read off training)"]
 
 
 def short_text(a: Assessment) -> str:
