@@ -135,6 +135,14 @@ def test_the_longest_recorded_budget_with_complete_comparisons_decides_and_disag
     # the book scale never decides
     v = verdict(c, {"book": assess(c, up, "book")})
     assert v.deciding is None and v.outcome == "not checked"
+    # no scale complete: the longest whose recorded comparisons have three paired seeds decides (here the reference
+    # scale lacks one rival's runs, the paper scale has one seed), never the one-seed scale because it is longer
+    two_rivals = claim(versus("t", "ours", ["rival", "other"], "acc"))
+    lacking = {"t": {**down["t"], "other": []}}
+    one = {"t": {"ours": cell([90]), "rival": cell([80]), "other": cell([80])}}
+    v = verdict(two_rivals, {"reference": assess(two_rivals, lacking, "reference"),
+                             "paper": assess(two_rivals, one, "paper")})
+    assert v.deciding.scale == "reference" and not v.deciding.complete and v.outcome == "does not hold"
 
 
 def test_a_claim_declares_a_known_kind_and_test():
