@@ -4,6 +4,7 @@ import pytest
 from fedlib.data.partition import (
     class_counts,
     dirichlet,
+    dirichlet_blocks,
     fedgpa_setting,
     iid,
     local_test_indices,
@@ -43,6 +44,26 @@ def test_dirichlet_min_size_disjoint_and_skew_grows_as_alpha_falls():
         assert_disjoint(parts, len(LABELS))
         assert min(len(p) for p in parts) >= 20
     assert entropy(class_counts(LABELS, low, 10)) < 1.2 < entropy(class_counts(LABELS, high, 10))
+
+
+def test_dirichlet_blocks_draws_alpha_005_over_100_long_tailed_clients_in_equal_parts():
+    """FedPRP's official split: equal contiguous parts (sizes differ by at most one), every sample once, the skew
+    growing as alpha falls; at alpha = 0.05 it draws over 100 clients of a long-tailed FMNIST-sized set, where the
+    class-wise split cannot give every client two samples."""
+    counts = [int(6000 * 0.1 ** (c / 9)) for c in range(10)]   # gamma = 0.1, exponential: 24,516 samples
+    labels = np.repeat(np.arange(10), counts)
+    low = dirichlet_blocks(labels, 100, np.random.default_rng(0), alpha=0.05)
+    high = dirichlet_blocks(labels, 100, np.random.default_rng(0), alpha=100.0)
+    for parts in (low, high):
+        assert_disjoint(parts, len(labels))
+        sizes = [len(p) for p in parts]
+        assert max(sizes) - min(sizes) <= 1 and sum(sizes) == 24_516
+    assert entropy(class_counts(labels, low, 10)) < entropy(class_counts(labels, high, 10))
+    with pytest.raises(ConfigError, match="min_size"):
+        dirichlet(labels, 100, np.random.default_rng(0), alpha=0.05, min_size=2)
+    # one block of two clients, two classes, alpha tiny: each class goes whole to one client, then the equal re-cut
+    two = dirichlet_blocks(np.array([0] * 6 + [1] * 2), 2, np.random.default_rng(3), alpha=1e-6, min_share=0.0)
+    assert [len(p) for p in two] == [4, 4]
 
 
 def test_partition_is_deterministic_per_seed():

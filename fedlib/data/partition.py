@@ -78,6 +78,43 @@ def dirichlet(labels: np.ndarray, num_clients: int, rng: np.random.Generator, al
                       f"samples; raise alpha (less skew) or lower the number of clients (or min_size)")
 
 
+def dirichlet_blocks(labels: np.ndarray, num_clients: int, rng: np.random.Generator, alpha: float, block: int = 10,
+                     min_share: float = 0.5, max_tries: int = MAX_TRIES) -> list[np.ndarray]:
+    """Label skew as FedPRP's official code draws it (its Dataset/dataset.py: a FedDF-style Dirichlet split, then an
+    equal re-cut): the shuffled samples are cut into one run per block of ``block`` clients; within a run each class
+    is split over the block's clients with proportions ~ Dir(alpha) (a client already holding the run's mean share
+    gets no more), redrawn until every client of the block holds ``min_share`` of that mean; the clients' samples, in
+    order, are then concatenated and re-cut into ``num_clients`` equal contiguous parts. Unlike ``dirichlet`` over
+    all clients at once, it can draw alpha = 0.05 over 100 clients (each client then holds one or two classes' worth
+    of one run)."""
+    check(alpha > 0, "alpha", alpha, "a positive number (smaller is more skewed)")
+    check(block >= 1, "block", block, "a positive number of clients")
+    check(0 <= min_share < 1, "min_share", min_share, "a share of a block's mean in [0, 1)")
+    check(1 <= max_tries <= MAX_TRIES, "max_tries", max_tries, f"a number of Dirichlet draws in [1, {MAX_TRIES}]")
+    order = rng.permutation(len(labels))
+    blocks = [min(block, num_clients - start) for start in range(0, num_clients, block)]
+    run = int(block / num_clients * len(labels))
+    flat: list[int] = []
+    for b, size in enumerate(blocks):
+        idx = order[b * run: len(labels) if b == len(blocks) - 1 else (b + 1) * run]
+        mean = len(idx) / size
+        for _ in range(max_tries):
+            parts: list[list[int]] = [[] for _ in range(size)]
+            for c in np.unique(labels[idx]):
+                members = idx[labels[idx] == c]
+                p = rng.dirichlet(np.full(size, alpha)) * np.array([len(part) < mean for part in parts])
+                p = p / p.sum() if p.sum() > 0 else np.full(size, 1 / size)
+                for part, chunk in zip(parts, np.split(members, (np.cumsum(p) * len(members)).astype(int)[:-1])):
+                    part.extend(chunk.tolist())
+            if min(map(len, parts)) >= int(min_share * mean):
+                break
+        else:
+            raise ConfigError("min_share", min_share, f"no Dirichlet(alpha={alpha}) draw in {max_tries} tries gave "
+                                                      "every client of a block that share of its mean")
+        flat.extend(i for part in parts for i in part)
+    return [np.sort(part) for part in np.array_split(np.array(flat, dtype=np.int64), num_clients)]
+
+
 def shards(labels: np.ndarray, num_clients: int, rng: np.random.Generator,
            classes_per_client: int) -> list[np.ndarray]:
     """Pathological label skew: each client holds exactly ``classes_per_client`` classes.
@@ -204,6 +241,13 @@ PARTITIONERS: dict[str, Partitioner] = {
         dirichlet,
         {"alpha": "concentration > 0", "min_size": "min samples per client (10)"},
         "label skew, class proportions ~ Dir(alpha)",
+    ),
+    "dirichlet_blocks": Partitioner(
+        "dirichlet_blocks",
+        dirichlet_blocks,
+        {"alpha": "concentration > 0", "block": "clients per Dirichlet draw (10)",
+         "min_share": "min share of a block's mean per client (0.5)"},
+        "label skew as FedPRP's official code draws it: Dir(alpha) within blocks of clients, then equal parts",
     ),
     "shards": Partitioner(
         "shards", shards, {"s": "classes per client in [1, K]"}, "pathological: s classes per client"
