@@ -631,8 +631,8 @@ def fedpac_readings(scale: str = "reference") -> tuple[list[dict], list[dict], s
         shift = compared(paired(records, runs[(FEDLIB_PAC, s)], METRIC))
         margin, base = compared(paired(gpa[s], records, METRIC)), compared(paired(gpa[s], runs[(FEDLIB_PAC, s)],
                                                                                   METRIC))
-        rows.append({"reading": name, "what it changes": PAC_READINGS[name].says, "s": s,
-                     "FedPAC": fmt(mean_std(records, METRIC)), "− fedlib's FedPAC": interval(shift),
+        rows.append({"reading": name, "s": s, "FedPAC": fmt(mean_std(records, METRIC)),
+                     "− fedlib's FedPAC": interval(shift),
                      "FedGPA − it": interval(margin)})
         if name != FEDLIB_PAC and side(shift) != "not separated":
             moved.append(f"{name} ({signed(shift.mean)} at s = {s})")
