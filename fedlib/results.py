@@ -61,10 +61,16 @@ def path_of(chapter: str, key: str, root: Path = RESULTS) -> Path:
     return Path(root) / chapter / f"{key}.json"
 
 
-def committed_in(key: str, root: Path = RESULTS) -> str | None:
-    """The chapter whose folder holds the committed record ``key`` (keys are unique over chapters), or None."""
-    folders = sorted(d.name for d in Path(root).iterdir() if d.is_dir()) if Path(root).is_dir() else []
-    return next((name for name in folders if path_of(name, key, root).exists()), None)
+def folders(root: Path = RESULTS) -> list[str]:
+    """The chapters' folders under ``root`` (none where it does not exist)."""
+    return sorted(d.name for d in Path(root).iterdir() if d.is_dir()) if Path(root).is_dir() else []
+
+
+def committed_in(key: str, root: Path = RESULTS, among: list[str] | None = None) -> str | None:
+    """The chapter whose folder holds the committed record ``key`` (keys are unique over chapters), or None;
+    ``among``: the folders to look in (default: every folder of ``root``; a caller with many keys lists them once)."""
+    return next((name for name in (folders(root) if among is None else among) if path_of(name, key, root).exists()),
+                None)
 
 
 def write(record: dict, chapter: str, root: Path = RESULTS) -> Path:

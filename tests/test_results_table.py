@@ -186,19 +186,19 @@ def test_each_table_names_the_record_file_of_every_run_and_the_command_that_reco
 
     record = {"config": {"dataset": "fmnist", "num_clients": 2, "rounds": 1, "method": "fedgpa", "model": None},
               "final": {}, "seed": 2, "key": "0123456789abcdef", "history": []}
-    monkeypatch.setattr(results, "committed_in", lambda key: "fedgpa")
+    monkeypatch.setattr(results, "committed_in", lambda key, among=None: "fedgpa")
     paper = ResultsTable([{"method": "FedGPA", "acc": Measured(50.0, 0.0, 1)}], [record], "paper")._repr_html_()
     assert "fedgpa, fmnist, seed 2: <code>results/fedgpa/0123456789abcdef.json</code> (committed)" in paper
     assert "python -m fedlib records fedgpa --scale paper: runs what is missing" in paper
     assert "(committed under results/)" in paper
-    monkeypatch.setattr(results, "committed_in", lambda key: None)
+    monkeypatch.setattr(results, "committed_in", lambda key, among=None: None)
     book = ResultsTable([{"method": "FedGPA", "acc": Measured(50.0, 0.0, 1)}], [record], "book")._repr_html_()
     # a run made by this build is not in the repository: no path into the git-ignored cache is given as its source
     assert "run 0123456789abcdef, computed when this page was built" in book and ".fedlib-cache/0123" not in book
     assert "(computed at build time)" in book and "fedlib book --config book" in book
     other = {**record, "key": "fedcba9876543210", "seed": 3}
     committed = "0123456789abcdef"
-    monkeypatch.setattr(results, "committed_in", lambda key: "fedgpa" if key == committed else None)
+    monkeypatch.setattr(results, "committed_in", lambda key, among=None: "fedgpa" if key == committed else None)
     mixed = ResultsTable([{"method": "FedGPA", "acc": "50.00 (n=2)"}], [record, other], "reference")._repr_html_()
     assert "(1 committed under results/, 1 computed at build time)" in mixed
     assert "python -m fedlib records fedgpa --scale reference" in mixed

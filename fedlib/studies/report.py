@@ -355,11 +355,11 @@ class ResultsTable:
         from fedlib import results
         from fedlib.experiment.config import RECORDED_SCALES
 
-        items, built, chapters = [], 0, []
+        items, built, chapters, among = [], 0, [], results.folders()
         for r in self.records:
             c = r["config"]
             label = f"{html.escape(str(c['method']))}, {html.escape(str(c['dataset']))}, seed {r['seed']}"
-            folder = results.committed_in(r["key"])   # where it is committed, whichever page shows it
+            folder = results.committed_in(r["key"], among=among)   # where it is committed, whichever page shows it
             if folder:
                 chapters.append(folder)
                 items.append(f"<li>{label}: <code>results/{folder}/{r['key']}.json</code> (committed)</li>")
