@@ -67,3 +67,13 @@ def test_the_official_fmnist_cnn_by_hand():
     h = F.max_pool2d(F.leaky_relu(F.conv2d(h, conv2.weight, conv2.bias, padding=1)), 2)
     z = F.leaky_relu(F.linear(h.flatten(1), fc1.weight, fc1.bias))
     assert torch.allclose(model(x), F.linear(z, model.head.weight, model.head.bias), atol=1e-6)
+
+
+def test_each_code_reading_says_the_parameter_counts_of_the_models_it_names():
+    """The readings' descriptions (shown in FedGPA's chapter) name the two CNNs' sizes: they are the models' own."""
+    from fedlib.methods.fedpac import CODE_READINGS
+
+    says = CODE_READINGS["the code's CNN"].says
+    for name in ("cnn_pac", "cnn2"):
+        count = sum(p.numel() for p in build_model(name, (1, 28, 28), 10).parameters())
+        assert f"{count:,}" in says, (name, count)

@@ -126,13 +126,17 @@ class CodeReading:
 
 # the authors' code (github.com/JianXu95/FedPAC: methods/fedpac.py, running.py, models/cnn.py, options.py)
 CODE_READINGS = {
-    "statistics before training": CodeReading("the combination's statistics on the received model, before local "
-                                              "training", hyper=(("statistics", "received"),)),
-    "head rate 0.1": CodeReading("the head's step at a fixed rate of 0.1", hyper=(("head_lr", 0.1),)),
-    "momentum, weight decay, lr 0.01": CodeReading("SGD with momentum 0.5 and weight decay 5e-4 at lr 0.01",
-                                                   fields=(("momentum", 0.5), ("weight_decay", 5e-4), ("lr", 0.01))),
-    "the code's CNN": CodeReading("its FMNIST CNN (conv2 padding 1, leaky ReLU: 117,066 parameters)",
-                                  fields=(("model", "cnn_pac"),)),
+    "statistics before training": CodeReading(
+        "the classifier combination's statistics (class counts, prototypes, feature variance) computed on the received "
+        "model, before local training (`statistics=\"received\"`; fedlib: on the trained model)",
+        hyper=(("statistics", "received"),)),
+    "head rate 0.1": CodeReading("the head's step at a fixed rate of 0.1 (`head_lr`; fedlib: the experiment's rate)",
+                                 hyper=(("head_lr", 0.1),)),
+    "momentum, weight decay, lr 0.01": CodeReading(
+        "SGD with momentum 0.5 and weight decay 5e-4 at lr 0.01, for every method of the code "
+        "(fedlib: the experiment's optimizer)", fields=(("momentum", 0.5), ("weight_decay", 5e-4), ("lr", 0.01))),
+    "the code's CNN": CodeReading("its FMNIST CNN (`model=\"cnn_pac\"`: conv2 padding 1, leaky ReLU, 117,066 "
+                                  "parameters; fedlib's `cnn2`: 80,202)", fields=(("model", "cnn_pac"),)),
 }
 ALL_OF_THE_CODE = CodeReading("all four", hyper=tuple(kv for r in CODE_READINGS.values() for kv in r.hyper),
                               fields=tuple(kv for r in CODE_READINGS.values() for kv in r.fields))
