@@ -234,7 +234,7 @@ def last(records: list[dict], metric: str, scale: str) -> tuple[float, float, in
 FIRST = "fmnist"   # the first dataset (the CIFAR-10-LT stand-in) that the claims read; MNIST-LT is a check beside it
 # the columns of Tables II and V that a sentence of the paper reads: FedPRP and FEDIC on Dirichlet skew at
 # (alpha, gamma) = (0.05, 0.1) and (0.4, 1.0). alpha = 0.05 takes the official code's split (``dirichlet_blocks``): a
-# class-wise Dirichlet(0.05) split over 100 clients leaves most of them without a sample
+# class-wise Dirichlet(0.05) split seldom gives every one of 100 clients two samples (most draws leave a few empty)
 SKEW_TABLE = "skew_columns"
 SKEW_COLUMNS = (("dirichlet_blocks", 0.05, 0.1), ("dirichlet", 0.4, 1.0))   # (partition, alpha, gamma)
 CELL_NAMES = ("", "", "")   # the comparison's key (dataset, partition, method): the claims fix the first two
