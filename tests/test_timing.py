@@ -21,15 +21,39 @@ def test_every_method_is_timed_each_repetition_and_the_record_reads_back(tmp_pat
     for seconds in back["seconds"].values():
         assert len(seconds["train_s"]) == len(seconds["evaluate_s"]) == 3
         assert all(v > 0 for v in seconds["train_s"] + seconds["evaluate_s"])
+        assert seconds["train_s"] == pytest.approx([s + c for s, c in zip(seconds["server_s"], seconds["client_s"])])
+        assert all(v > 0 for v in seconds["server_s"] + seconds["client_s"])
     cells = timing.evidence("demo", tmp_path)
     assert [r["seed"] for r in cells["fedprox"]] == [0, 1, 2]
     first = back["seconds"]["fedprox"]
     assert cells["fedprox"][1]["seconds"] == pytest.approx(first["train_s"][1] + first["evaluate_s"][1])
+    assert cells["fedprox"][1]["client_seconds"] == first["client_s"][1]
+    assert cells["fedprox"][1]["server_seconds"] == first["server_s"][1]
     assert timing.read("nothing", tmp_path) is None and timing.evidence("nothing", tmp_path) == {}
+
+
+def test_a_timed_round_is_the_engines_round():
+    """Timing the server's and the clients' parts apart plays the same round as ``Federation.run_round``: the same
+    weights after two rounds."""
+    import torch
+
+    from fedlib.experiment import build
+
+    cfg = make_config(method="fedprox", dataset="digits", num_clients=3, rounds=2, local_epochs=1,
+                      partition={"name": "dirichlet", "alpha": 0.5})
+    played, timed = build(cfg), build(cfg)
+    for t in range(2):
+        played.run_round(t)
+        server_s, client_s = timing.timed_round(timed, t)
+        assert server_s > 0 and client_s > 0
+    a, b = played.server.state["global"], timed.server.state["global"]
+    assert all(torch.equal(a[k], b[k]) for k in a)
 
 
 @pytest.mark.parametrize("damage", ['{"repeats": 3, "seconds": {"fedavg": {"train_s": [1, 2], "evaluate_s": [1, 2]}}}',
                                     '{"repeats": 1, "seconds": {"fedavg": {"train_s": [-1], "evaluate_s": [0]}}}',
+                                    '{"repeats": 1, "seconds": {"fedavg": {"train_s": [1], "evaluate_s": [0], '
+                                    '"client_s": [1, 2], "server_s": [0]}}}',
                                     "not json"])
 def test_a_damaged_timing_record_is_one_error_naming_it(tmp_path, damage):
     (tmp_path / "demo.json").write_text(damage)
@@ -96,3 +120,31 @@ def test_fedpcl_table1_claim_reads_time_and_trained_numbers_paired_by_repetition
     assert fedpcl_table1(tmp_path / "b", monkeypatch, slower, None).outcome != "holds"
     faster = [9.0, 9.18, 8.82, 9.09, 8.91]
     assert fedpcl_table1(tmp_path / "c", monkeypatch, faster, counts).outcome == "does not hold"
+
+
+def fedprp_client_side(tmp_path, monkeypatch, fedprp_server: float):
+    """FedPRP's Section IV-B4 claim on a made-up timing record: FedAvg's round 10 s in every repetition (server 0.1
+    s, clients 9.6 s +- 0.1, evaluation the rest); FedPRP's clients 1 s (+- 0.1) above FedAvg's, 1 s on average, and
+    its server part ``fedprp_server`` s."""
+    from fedlib.studies.registry import study
+
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    jitter = [0.0, 0.1, -0.1, 0.05, -0.05]
+    clients = {"fedavg": [9.6 + j for j in jitter], "fedprp": [10.6 + j for j in reversed(jitter)]}
+    server = {"fedavg": 0.1, "fedprp": fedprp_server}
+    (tmp_path / "timing").mkdir(parents=True)
+    (tmp_path / "timing" / "fedprp.json").write_text(json.dumps({"repeats": 5, "seconds": {
+        m: {"train_s": [server[m] + c for c in clients[m]], "server_s": [server[m]] * 5, "client_s": clients[m],
+            "evaluate_s": [10 - server["fedavg"] - c for c in clients["fedavg"]]} for m in clients}}))
+    return next(a for a in study("fedprp").assess("paper", runs={}) if a.claim.id == "client_side_cost")
+
+
+def test_fedprp_client_side_cost_reads_the_rounds_parts_paired_by_repetition(tmp_path, monkeypatch):
+    """Hand-computed: FedAvg's round is 10 s in every repetition; FedPRP's server part 0.1 s (0% of FedAvg's round
+    above FedAvg's, inside +-1%) and its clients 1 s (10%) above: it holds, the second comparison's mean 10 - 0 = 10.
+    With FedPRP's server at 2.1 s (+20%, outside +-1%, and above the clients' +10%) it does not hold."""
+    found = fedprp_client_side(tmp_path / "a", monkeypatch, 0.1)
+    server, clients_over_server = found.decision.compared
+    assert found.outcome == "holds"
+    assert server.mean == pytest.approx(0.0) and clients_over_server.mean == pytest.approx(10.0)
+    assert fedprp_client_side(tmp_path / "b", monkeypatch, 2.1).outcome == "does not hold"

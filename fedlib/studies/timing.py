@@ -3,9 +3,10 @@
 A chapter that tests one names the runs to time (``timing_runs(device, executor)``: {method: Config}, the paper's
 per-round workload). Every federation is built first in one process; each runs one untimed round; then
 each repetition runs one more round of every method, in an order rotated by one per repetition (drift in the
-machine's speed falls on every method alike), timing its training and aggregation and then its evaluation (where
-methods such as FedBABU fine-tune). The seconds are written to ``results/timing/<chapter>.json`` with the
-processor, the code version, the precision and the date; the book reads the file and never re-times.
+machine's speed falls on every method alike), timing the server's part (broadcast and aggregation), the clients'
+updates and then the evaluation (where methods such as FedBABU fine-tune). The seconds are written to
+``results/timing/<chapter>.json`` with the processor, the code version, the precision and the date; the book reads
+the file and never re-times.
 
     python -m fedlib timing fedgpa --repeats 5
 
@@ -23,6 +24,7 @@ from pathlib import Path
 from fedlib.studies.claims import Statistic
 
 TABLE = "timing"   # the table the claims read: {method: one pseudo-record per repetition}, at paper scale
+PARTS = {"server_s": "server_seconds", "client_s": "client_seconds"}   # a round's parts: record key -> pseudo-record's
 
 
 def _root() -> Path:
@@ -37,9 +39,22 @@ def trainable_parameters(fed) -> int:
     return sum(p.numel() for p in fed.trainer.model.parameters() if p.requires_grad)
 
 
+def timed_round(fed, t: int) -> tuple[float, float]:
+    """Round ``t`` of ``fed`` as ``Federation.run_round`` plays it, timed: (the server's seconds: broadcast and
+    aggregation; the clients' seconds: their updates under the executor)."""
+    started = time.perf_counter()
+    tasks = fed.open_round(t)
+    opened = time.perf_counter()
+    results = fed.executor.run(fed.method, tasks)
+    updated = time.perf_counter()
+    fed.close_round(results)
+    return (opened - started) + (time.perf_counter() - updated), updated - opened
+
+
 def measure(configs: dict, repeats: int, progress: Callable[[str], None] = print) -> dict:
-    """{method: {"train_s": [...], "evaluate_s": [...], "parameters": trainable numbers}} over ``repeats``
-    repetitions (see the module's doc)."""
+    """{method: {"train_s": [...], "server_s": [...], "client_s": [...], "evaluate_s": [...], "parameters":
+    trainable numbers}} over ``repeats`` repetitions (see the module's doc); ``train_s`` is the server's and the
+    clients' seconds together."""
     from fedlib.experiment import build, validate
 
     methods = list(configs)
@@ -48,17 +63,17 @@ def measure(configs: dict, repeats: int, progress: Callable[[str], None] = print
         validate(cfg)
         feds[m] = build(cfg)
         feds[m].run_round(0)   # untimed: first-round allocations, kernels chosen, pools started
-    out: dict[str, dict] = {m: {"train_s": [], "evaluate_s": [], "parameters": trainable_parameters(feds[m])}
-                            for m in methods}
+    out: dict[str, dict] = {m: {"train_s": [], "server_s": [], "client_s": [], "evaluate_s": [],
+                                "parameters": trainable_parameters(feds[m])} for m in methods}
     for r in range(repeats):
         for m in methods[r % len(methods):] + methods[:r % len(methods)]:
             fed = feds[m]
-            started = time.perf_counter()
-            fed.run_round(r + 1)
+            server_s, client_s = timed_round(fed, r + 1)
             trained = time.perf_counter()
             fed.evaluate(r + 1)
-            out[m]["train_s"].append(trained - started)
             out[m]["evaluate_s"].append(time.perf_counter() - trained)
+            for key, value in (("train_s", server_s + client_s), ("server_s", server_s), ("client_s", client_s)):
+                out[m][key].append(value)
         progress(f"repetition {r + 1}/{repeats}: " + ", ".join(
             f"{m} {out[m]['train_s'][-1] + out[m]['evaluate_s'][-1]:.1f} s" for m in methods))
     for fed in feds.values():
@@ -88,11 +103,12 @@ def read(chapter: str, root: Path | None = None) -> dict | None:
     """The committed timing record of ``chapter`` (None where there is none); a damaged one is one ConfigError."""
     from fedlib.store import read_record
 
-    def valid(answer: dict) -> bool:
+    def valid(answer: dict) -> bool:   # the server's and the clients' parts apart: records made since they were
         seconds = answer["seconds"]
         return isinstance(seconds, dict) and all(
-            len(s["train_s"]) == len(s["evaluate_s"]) == answer["repeats"]
-            and all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0 for v in s["train_s"] + s["evaluate_s"])
+            all(len(part) == answer["repeats"] and all(isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
+                                                       for v in part)
+                for part in (s["train_s"], s["evaluate_s"], *(s[k] for k in PARTS if k in s)))
             for s in seconds.values())
 
     return read_record((root or _root()) / f"{chapter}.json", valid, "timing record", "a record of finite, "
@@ -106,7 +122,8 @@ def evidence(chapter: str, root: Path | None = None) -> dict:
     answer = read(chapter, root)
     if answer is None:
         return {}
-    return {m: [{"seed": r, "seconds": t + e, "parameters": s.get("parameters"), "history": []}
+    return {m: [{"seed": r, "seconds": t + e, "evaluate_seconds": e, "parameters": s.get("parameters"),
+                 **{PARTS[k]: s[k][r] for k in PARTS if k in s}, "history": []}
                 for r, (t, e) in enumerate(zip(s["train_s"], s["evaluate_s"]))]
             for m, s in answer["seconds"].items()}
 
@@ -126,6 +143,18 @@ def relative_to(base: str, name: str, measured: str = "seconds") -> Statistic:
     return Statistic(name, percent, "%")
 
 
+def part_above(base: str, part: str, name: str) -> Statistic:
+    """One part of a round (``part``: "server_seconds", "client_seconds", "evaluate_seconds") minus the same part of
+    ``base``'s round in the same repetition, in % of ``base``'s whole round; None where the record lacks the part."""
+    def percent(rec: dict, peers) -> float | None:
+        other = peers(TABLE, base)
+        if other is None or not other.get("seconds") or rec.get(part) is None or other.get(part) is None:
+            return None
+        return 100 * (rec[part] - other[part]) / other["seconds"]
+
+    return Statistic(name, percent, "%")
+
+
 def rounds_above(base: str, methods, labels: dict, column: Statistic) -> tuple:
     """An efficiency claim's comparisons: each other method's round in % above ``base``'s (``column``, from
     ``relative_to(base, ...)``), one per method of the paper's table."""
@@ -136,16 +165,20 @@ def rounds_above(base: str, methods, labels: dict, column: Statistic) -> tuple:
 
 
 def summary(answer: dict) -> list[dict]:
-    """One row per method: median and range of its round's seconds (training and evaluation apart and together)."""
+    """One row per method: median and range of its round's seconds, and the median of each part (the server's and
+    the clients' apart where the record holds them, else together as training + aggregation; evaluation)."""
     import numpy as np
+
+    def median(values) -> float:
+        return round(float(np.median(values)), 2)
 
     rows = []
     for m, s in answer["seconds"].items():
         whole = [t + e for t, e in zip(s["train_s"], s["evaluate_s"])]
-        rows.append({"method": m, "median s / round": round(float(np.median(whole)), 2),
-                     "range": f"{min(whole):.2f}-{max(whole):.2f}",
-                     "training + aggregation (median)": round(float(np.median(s["train_s"])), 2),
-                     "evaluation (median)": round(float(np.median(s["evaluate_s"])), 2),
+        parts = ({"server (median)": median(s["server_s"]), "clients (median)": median(s["client_s"])}
+                 if all(k in s for k in PARTS) else {"training + aggregation (median)": median(s["train_s"])})
+        rows.append({"method": m, "median s / round": median(whole), "range": f"{min(whole):.2f}-{max(whole):.2f}",
+                     **parts, "evaluation (median)": median(s["evaluate_s"]),
                      **({"trained numbers": s["parameters"]} if "parameters" in s else {})})
     return rows
 
