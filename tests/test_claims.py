@@ -207,10 +207,11 @@ def test_the_papers_claims_and_the_books_hypotheses_are_counted_apart():
     (FedPRP's Dirichlet column of Table III, pFedCSPC's third of FedAvg's rounds, calibration above FedAvg and
     fine-tuning above decoupling, fine-tuning and generalization helping personalization, FedMate's FedProto 15 points
     below, FedPCL's backbones for most methods, FedGPA ahead while training), and FedPCL's Table 1 sentence on the
-    cost of frozen backbones, FedPRP's two sentences on other columns of Tables II and V (alpha = 0.05; gamma = 1.0);
-    five hypotheses of the book (the fifth: FedPAC as its authors' code runs it)."""
+    cost of frozen backbones, FedPRP's two sentences on other columns of Tables II and V (alpha = 0.05; gamma = 1.0)
+    and its sentence on where a round's time goes, FedPCL's three sentences on spreads over runs (Table 2, Fig. 2a,
+    Fig. 2b); five hypotheses of the book (the fifth: FedPAC as its authors' code runs it)."""
     claims = [c for ch in chapter_list() for c in ch.claims]
-    assert sum(not c.hypothesis for c in claims) == 54 and sum(c.hypothesis for c in claims) == 5
+    assert sum(not c.hypothesis for c in claims) == 58 and sum(c.hypothesis for c in claims) == 5
 
 
 @pytest.mark.parametrize("chapter", chapter_list(), ids=lambda c: c.name)
@@ -282,3 +283,17 @@ def test_the_cost_of_a_longer_budget_is_read_off_the_deciding_runs_training_time
     assert "(1 of its 2 cells: the rest are recorded): 3x the rounds, 3 seeds, would take about 0.4 h" in \
         longer_cost(c, evidence, {"t": {"b": timed([1, 1, 1])}})
     assert longer_cost(c, evidence, {"t": {"a": timed([1, 1, 1]), "b": timed([1, 1, 1])}}) == ""
+
+
+def test_a_spread_comparison_reads_both_sides_paired_by_seed():
+    """``Pairs(..., spread=True)``: the rows' spreads over the seeds both have, as log2(sd of the rival / sd of the
+    method); hand-computed: the method's values 80, 81, 82, 81 (sd 0.816) against 70, 75, 88, 77 (sd 7.594)."""
+    evidence = {"t": {"ours": cell([80, 81, 82, 81]), "rival": cell([70, 75, 88, 77])}}
+    found = assess(claim(versus("t", "ours", ["rival"], "acc", spread=True)), evidence, "reference")
+    (c,) = found.decision.compared
+    assert c.mean == pytest.approx(np.log2(np.std([70, 75, 88, 77], ddof=1) / np.std([80, 81, 82, 81], ddof=1)))
+    assert c.values == pytest.approx((80, 81, 82, 81)) and c.others == pytest.approx((70, 75, 88, 77))
+    assert c.diffs == pytest.approx((10, 6, -6, 4))
+    one = assess(claim(versus("t", "ours", ["rival"], "acc", spread=True)),
+                 {"t": {"ours": cell([80]), "rival": cell([70])}}, "reference")
+    assert one.outcome == "not checked" and one.decision.missing == ("ours − rival",)   # one seed: no spread

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedlib.studies.decide import ALPHA, KINDS, TESTS, Compared, Decision, decide
+from fedlib.studies.decide import ALPHA, KINDS, TESTS, Compared, Decision, SpreadCompared, decide
 
 Evidence = dict[str, dict[Hashable, list[dict]]]   # {table: {cell: records over seeds}}
 Peers = Callable[[str, Hashable], dict | None]   # (table, cell) -> the record of the same seed, or None
@@ -84,6 +84,7 @@ class Comparison:
     test: str = "greater"
     plus_member: str = ""    # the group member each side stands for (kind "best")
     minus_member: str = ""
+    spread: bool = False     # compare the spreads over seeds of one read each (``decide.SpreadCompared``)
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,7 @@ class Pairs:
     where: tuple[tuple[int, Hashable], ...] = ()
     test: str = "greater"
     shift: float = 0.0
+    spread: bool = False     # the rows' spreads over seeds, not their values (``decide.SpreadCompared``)
 
     def expand(self, evidence: Evidence, labels: dict) -> list[Comparison]:
         """The comparisons over the cells ``evidence`` has for the tables this family reads (a cell the scale's grid
@@ -142,7 +144,7 @@ class Pairs:
                 else:
                     out.append(Comparison(f"{reads[0].label} − {reads[1].label}" + (f", {words}" if words else ""),
                                           (reads[0],), (reads[1],), self.shift, self.test, str(plus.key),
-                                          str(minus.key)))
+                                          str(minus.key), self.spread))
         return out
 
     def context_words(self, context: tuple, labels: dict) -> str:
@@ -275,12 +277,30 @@ def seed_values(read: Read, evidence: Evidence, last: int = 1) -> dict[int, floa
     return out
 
 
-def differences(c: Comparison, evidence: Evidence, last: int = 1) -> dict[int, float]:
-    """{seed: sum(plus) - sum(minus) - shift} over the seeds every read has (paired by seed)."""
+def paired_values(c: Comparison, evidence: Evidence, last: int = 1) -> dict[int, tuple[float, float]]:
+    """{seed: (sum(plus), sum(minus) + shift)} over the seeds every read has (paired by seed)."""
     values = [seed_values(r, evidence, last) for r in (*c.plus, *c.minus)]
     seeds = sorted(set.intersection(*(set(v) for v in values))) if values else []
     k = len(c.plus)
-    return {s: sum(v[s] for v in values[:k]) - sum(v[s] for v in values[k:]) - c.shift for s in seeds}
+    return {s: (sum(v[s] for v in values[:k]), sum(v[s] for v in values[k:]) + c.shift) for s in seeds}
+
+
+def differences(c: Comparison, evidence: Evidence, last: int = 1) -> dict[int, float]:
+    """{seed: sum(plus) - sum(minus) - shift} over the seeds every read has (paired by seed)."""
+    return {s: plus - minus for s, (plus, minus) in paired_values(c, evidence, last).items()}
+
+
+def compared(c: Comparison, evidence: Evidence, last: int, alpha: float, delta: float) -> Compared | None:
+    """One comparison on ``evidence`` at ``alpha``: its paired differences (``Compared``) or, for a comparison of
+    spreads, both sides' values (``SpreadCompared``); None without a paired seed (a spread: without two)."""
+    pairs = paired_values(c, evidence, last)
+    if len(pairs) < (2 if c.spread else 1):   # a spread needs two seeds to be estimated at all
+        return None
+    seeds, diffs = tuple(pairs), tuple(plus - minus for plus, minus in pairs.values())
+    if c.spread:
+        return SpreadCompared(c.label, seeds, diffs, alpha, delta, c.test, c.plus_member, c.minus_member,
+                              values=tuple(p for p, _ in pairs.values()), others=tuple(m for _, m in pairs.values()))
+    return Compared(c.label, seeds, diffs, alpha, delta, c.test, c.plus_member, c.minus_member)
 
 
 @dataclass(frozen=True)
@@ -307,15 +327,13 @@ def assess(claim: Claim, evidence: Evidence, scale: str, labels: dict | None = N
     comparison without a paired seed is missing, one with a single seed has no interval (either keeps an "all" claim
     from holding); reading seeds beyond the claim's planned ones is a second look."""
     comparisons = claim.comparisons(evidence, labels or {}) if not claim.scales or scale in claim.scales else []
-    diffs = [(c, differences(c, evidence, last)) for c in comparisons]
-    used = sorted({s for _, d in diffs if d for s in d})
+    seeds = [set(paired_values(c, evidence, last)) for c in comparisons]
+    used = sorted(set().union(*seeds))
     looks = 2 if set(used) - set(claim.seeds) else 1
-    alpha = ALPHA / looks
-    compared = [Compared(c.label, tuple(d), tuple(d.values()), alpha, claim.delta, c.test, c.plus_member,
-                         c.minus_member) for c, d in diffs if d]
-    missing = [c.label for c, d in diffs if not d]
-    decision = decide(compared, claim.kind, looks, claim.required, missing)
-    complete = bool(comparisons) and all(len(d) >= DECIDING_SEEDS for _, d in diffs)
+    found = [compared(c, evidence, last, ALPHA / looks, claim.delta) for c in comparisons]
+    missing = [c.label for c, f in zip(comparisons, found) if f is None]
+    decision = decide([f for f in found if f is not None], claim.kind, looks, claim.required, missing)
+    complete = bool(comparisons) and all(len(s) >= DECIDING_SEEDS for s in seeds)
     return Assessment(claim, scale, decision, tuple(used), len(comparisons), complete)
 
 
@@ -389,7 +407,7 @@ def trajectory(c: Comparison, evidence: Evidence, last: int = 1) -> dict[int, fl
     """The comparison's mean difference over its paired seeds at each round its metrics were evaluated ({} for a
     comparison of statistics, which have no rounds)."""
     reads = (*c.plus, *c.minus)
-    if any(isinstance(r.metric, Statistic) for r in reads):
+    if c.spread or any(isinstance(r.metric, Statistic) for r in reads):   # spreads: one number over all seeds
         return {}
     cells = {(r.table, r.cell): evidence.get(r.table, {}).get(r.cell) or [] for r in reads}
     rounds = sorted({int(row["round"]) for recs in cells.values() for rec in recs for row in rec.get("history", [])

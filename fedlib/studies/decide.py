@@ -146,6 +146,64 @@ class Compared:
         return f"{self.label}: {mean} [{signed(lo)}, {signed(hi)}] at {self.n} seeds"
 
 
+@dataclass(frozen=True)
+class SpreadCompared(Compared):
+    """A comparison of spreads over seeds, paired by seed: log2(sd' / sd), the standard deviation of ``others`` (the
+    second side) over that of ``values`` (the first) on a log scale, symmetric about 0 (+1: the first side's spread is
+    half the second's; "greater": the first side varies less). Bounds and p-values come from the Pitman-Morgan test
+    (Pitman 1939, Morgan 1939): for paired x, y
+    the ratio sd(x) / sd(y) equals rho exactly when x + rho y and x - rho y are uncorrelated, so the correlation of
+    the two, as a Student t with n - 2 degrees of freedom, tests any ratio; the bounds invert it. It needs three
+    paired seeds. ``diffs`` holds x - y (what the tables show beside it)."""
+    values: tuple[float, ...] = ()
+    others: tuple[float, ...] = ()
+
+    def __post_init__(self):
+        super().__post_init__()
+        x, y = np.asarray(self.values, float), np.asarray(self.others, float)
+        sd_x = float(np.std(x, ddof=1)) if len(x) >= 2 else float("nan")
+        sd_y = float(np.std(y, ddof=1)) if len(y) >= 2 else float("nan")
+        object.__setattr__(self, "mean", float(np.log2(sd_y / sd_x)) if sd_x > 0 and sd_y > 0 else float("nan"))
+
+    @property
+    def deterministic(self) -> bool:
+        return False
+
+    def _ratio_t(self, ratio: float) -> float:
+        """The Pitman-Morgan t of "sd(x) / sd(y) = ratio" (negative: the ratio lies below)."""
+        x, y = np.asarray(self.values, float), np.asarray(self.others, float)
+        u, v = x + ratio * y, x - ratio * y
+        if np.std(u) == 0 or np.std(v) == 0:
+            return 0.0
+        r = float(np.clip(np.corrcoef(u, v)[0, 1], -1 + 1e-12, 1 - 1e-12))
+        return r * np.sqrt((self.n - 2) / (1 - r * r))
+
+    def _tail(self, threshold: float, above: bool) -> float:
+        from scipy.special import stdtr
+
+        if self.n < 3 or not np.isfinite(self.mean):
+            return 1.0
+        t = self._ratio_t(2.0 ** -threshold)   # the effect is above threshold iff sd / sd' is below 2^-threshold
+        return float(stdtr(self.n - 2, t if above else -t))
+
+    def bound(self, side: str, alpha: float | None = None) -> float | None:
+        """The one-sided (1 - alpha) bound of the effect: the threshold at which the one-sided test's p-value is
+        alpha (found by bisection, where the p-value is monotone in the threshold)."""
+        if self.n < 3 or not np.isfinite(self.mean):
+            return None
+        level = self.alpha if alpha is None else alpha
+        above = side == "lower"
+        lo, hi = -40.0, 40.0
+        for _ in range(100):
+            mid = (lo + hi) / 2
+            # lower bound: p (above) grows with the threshold; upper bound: p (below) falls as it grows
+            if (self._tail(mid, above) > level) == above:
+                hi = mid
+            else:
+                lo = mid
+        return (lo + hi) / 2
+
+
 def signed(x: float) -> str:
     """A number with its sign: two decimals, or two significant digits where two decimals would read 0.00 for a
     value that is not 0 (a difference in weights rather than points: +0.00064 is not +0.00)."""

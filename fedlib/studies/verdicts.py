@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedlib.studies.claims import BUDGET, RECORDED, Assessment, Verdict, counts
-from fedlib.studies.decide import OUTCOMES, Compared, effect_position, signed
+from fedlib.studies.decide import OUTCOMES, Compared, SpreadCompared, effect_position, signed
 
 
 def counted(n: int, one: str, many: str | None = None) -> str:
@@ -101,7 +101,7 @@ def deciding_text(a: Assessment) -> str:
         tally = f"{d.positive} of {n} above 0 (deterministic: no interval)"
     else:
         tally = f"{d.positive} of {n} comparisons pass, {d.negative} fail after Holm's correction"
-    missing = f"; {counted(len(d.missing), 'comparison')} without a paired seed" if d.missing else ""
+    missing = f"; {counted(len(d.missing), 'comparison')} without the paired seeds it needs" if d.missing else ""
     return f"{role}: {head}; {tally}{missing}"
 
 
@@ -154,6 +154,9 @@ def moving_line(v: Verdict) -> list[str]:
         return ["margin settled over the last third of the rounds"]
     if v.trajectory:
         return ["too few evaluations to tell whether the margin still moves"]
+    deciding = v.deciding.decision.deciding if v.deciding else None
+    if isinstance(deciding, SpreadCompared):
+        return ["no margin by round (a spread over seeds, read at the end of training)"]
     return ["no margin by round (not read off training)"]
 
 
