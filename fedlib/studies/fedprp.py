@@ -456,8 +456,9 @@ INVENTORY = (
              claim="balanced_a_sel_above_fedic"),
     Sentence("as the heterogeneity increases (i.e., when alpha = 0.05), the overall performance exceeds that achieved "
              "with alpha = 0.4", "IV-B5, Table V",
-             untested="needs Table V's methods at alpha = 0.05 on the official code's split (the chapter records "
-                      "FedPRP and FEDIC there only): 18 more reference runs"),
+             untested="needs Table V's eight methods at both alphas on one split (alpha = 0.05 runs on the official "
+                      "code's split, alpha = 0.4 on the class-wise one: comparing them would confound the split with "
+                      "alpha): 42 more reference runs, about 5 CPU-hours"),
     Sentence("FedPRP consistently achieves superior [global accuracy over the rounds]", "IV-B6, Fig. 5",
              untested="needs Fig. 5's setting (sharding at gamma = 0.5) for the compared methods with their A_glo "
                       "curves; the chapter's runs at gamma = 0.5 are Table VII's (ten clients held out of training) "
