@@ -58,6 +58,26 @@ def test_wide_tables_are_split_with_their_key_columns_repeated():
     assert table._repr_html_().count("<table") == 3
 
 
+def test_a_table_of_numbers_is_split_where_it_would_pass_the_text_column():
+    """FedPRP's Table I at book scale: four cells of 20 characters ("24.15 ± 3.15 (n=3) †", 144 px each at 6.5 px a
+    character and 14 px of padding) beside a method name and the paper's number passed the Results overview's column
+    (685 px measured against 654): by hand, method 6.5 x 8 + 14 = 66 px, so 640 - 66 = 574 px hold three such
+    columns (432) and a fourth (576) passes; the paper's column (6.5 x 10 + 14 = 79) joins the second part. A table
+    of sentences wraps instead and keeps its columns together."""
+    from fedlib.studies.report import ResultsTable
+
+    cell = "24.15 ± 3.15 (n=3) †"
+    df = pd.DataFrame({"method": ["FedProto"], **{f"A{i}": [cell] for i in range(4)}, "paper (CIFAR-10)": [46.11]})
+    table = ResultsTable(df)
+    assert table.column_px("A0") == 6.5 * 20 + 14 and table.column_px("method") == 6.5 * 8 + 14
+    assert [list(p.columns) for p in table.parts()] == [["method", "A0", "A1", "A2"],
+                                                      ["method", "A3", "paper (CIFAR-10)"]]
+    assert [len(p.columns) for p in ResultsTable(df.iloc[:, :4]).parts()] == [4]   # three fit
+    sentences = pd.DataFrame({"claim": ["a sentence much longer than forty characters, which wraps"],
+                              **{f"A{i}": [cell] for i in range(4)}})
+    assert len(ResultsTable(sentences).parts()) == 1
+
+
 def test_pivoted_columns_are_named_by_level():
     df = pd.DataFrame({"method": ["A", "A"], "s": [20, 80], "ours": ["1", "2"]}).pivot(index="method", columns="s",
                                                                                       values=["ours"])

@@ -232,6 +232,10 @@ NOT_ACCURACY = ("time", "s /", "s/", "param", "round", "comm", "upload", "sent",
 
 
 WORDY = 40   # characters: a results table with a longer cell holds sentences and wraps them (CSS text-table)
+# a table of numbers is split where its narrowest width would pass the text column (654 px on the Results overview at
+# 1280 px, 676 on a chapter): estimated from its cells at 6.5 px a character and 14 px of padding a column (the
+# build's Chromium layout check measures the real widths)
+TEXT_COLUMN_PX, CHARACTER_PX, PADDING_PX = 640, 6.5, 14
 
 
 def classes_of(records: list[dict]) -> int | None:
@@ -319,11 +323,33 @@ class ResultsTable:
             self.caption = f"{self.caption}; {line}" if self.caption else line
         self.marked = marked
 
+    def wordy(self) -> bool:
+        return any(len(str(v)) > WORDY for v in self.df.to_numpy().ravel())
+
+    def column_px(self, col) -> float:
+        """A column's narrowest width, estimated: its longest cell (a number never breaks; a label is counted whole)
+        or its header's longest word."""
+        body = max((len(str(v)) for v in self.df[col]), default=0)
+        head = max((len(word) for word in str(col).split()), default=0)
+        return CHARACTER_PX * max(body, head) + PADDING_PX
+
     def part_columns(self) -> list[list]:
+        """The columns of each part: at most ``max_columns`` (the keys included) and, for a table of numbers, no
+        wider than the text column (a sentence table wraps its cells instead)."""
         cols = list(self.df.columns)
         key, rest = cols[:self.keys], cols[self.keys:]
         width = max(1, self.max_columns - len(key))
-        return [key + rest[i:i + width] for i in range(0, max(len(rest), 1), width)]
+        budget = float("inf") if self.wordy() else TEXT_COLUMN_PX - sum(map(self.column_px, key))
+        parts: list[list] = [[]]
+        used = 0.0
+        for col in rest:
+            px = self.column_px(col)
+            if parts[-1] and (len(parts[-1]) >= width or used + px > budget):
+                parts.append([])
+                used = 0.0
+            parts[-1].append(col)
+            used += px
+        return [key + part for part in parts]
 
     def parts(self) -> list:
         return [self.df[cols] for cols in self.part_columns()]
@@ -340,7 +366,7 @@ class ResultsTable:
 
     def _repr_html_(self) -> str:
         # a table of sentences (settings, protocols, claims) wraps inside the text column (class text-table)
-        wordy = any(len(str(v)) > WORDY for v in self.df.to_numpy().ravel())
+        wordy = self.wordy()
         tables = "".join(self.part_html(cols, wordy) for cols in self.part_columns())
         lines = "".join(f"<p class='provenance'>{html.escape(t)}</p>" for t in (self.note, self.caption) if t)
         # a book-scale table with cells near chance and no reason fails the book's build (book/build.py)
