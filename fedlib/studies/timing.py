@@ -170,7 +170,7 @@ def summary(answer: dict) -> list[dict]:
     import numpy as np
 
     def median(values) -> float:
-        return round(float(np.median(values)), 2)
+        return round(float(np.median(values)), 3)   # a server part takes milliseconds
 
     rows = []
     for m, s in answer["seconds"].items():
