@@ -143,6 +143,12 @@ def test_the_longest_recorded_budget_with_complete_comparisons_decides_and_disag
     v = verdict(two_rivals, {"reference": assess(two_rivals, lacking, "reference"),
                              "paper": assess(two_rivals, one, "paper")})
     assert v.deciding.scale == "reference" and not v.deciding.complete and v.outcome == "does not hold"
+    # a run being recorded (the other rival's first seed at reference scale) leaves the decision where it was (Holm
+    # now counts two comparisons: a clear failure still fails)
+    started = {"t": {"ours": cell([70, 71, 72]), "rival": cell([80, 80, 80]), "other": cell([80])}}
+    v = verdict(two_rivals, {"reference": assess(two_rivals, started, "reference"),
+                             "paper": assess(two_rivals, one, "paper")})
+    assert v.deciding.scale == "reference" and v.outcome == "does not hold"
 
 
 def test_a_claim_declares_a_known_kind_and_test():

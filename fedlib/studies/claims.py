@@ -377,9 +377,10 @@ class Verdict:
 
 def verdict(claim: Claim, by_scale: dict[str, Assessment]) -> Verdict:
     """The longest-budget recorded scale whose comparisons are all complete decides (the 3x budget only where it has
-    every comparison the reference scale has); where none is, the longest one whose recorded comparisons each have
-    three paired seeds, else the longest with any comparison (a partial check: it can say "does not hold", never
-    "holds" for an "all" claim). Book scale never decides (a smoke run)."""
+    every comparison the reference scale has); where none is, the longest one with a comparison read at three paired
+    seeds (comparisons with fewer count as not recorded yet: a run being recorded does not move the decision to a
+    shorter or a thinner budget), else the longest with any comparison (a partial check: it can say "does not hold",
+    never "holds" for an "all" claim). Book scale never decides (a smoke run)."""
     def labels(a: Assessment) -> set[str]:
         return {c.label for c in a.decision.compared} | set(a.decision.missing)
 
@@ -387,8 +388,8 @@ def verdict(claim: Claim, by_scale: dict[str, Assessment]) -> Verdict:
         return by_scale[s].complete and (s != LONGER or "reference" not in by_scale
                                          or labels(by_scale[s]) >= labels(by_scale["reference"]))
 
-    def seeded(s: str) -> bool:   # what it has is read at three paired seeds (some comparisons may lack runs)
-        return all(c.n >= DECIDING_SEEDS for c in by_scale[s].decision.compared)
+    def seeded(s: str) -> bool:   # some of it is read at three paired seeds (others may lack runs)
+        return any(c.n >= DECIDING_SEEDS for c in by_scale[s].decision.compared)
 
     recorded = [s for s in RECORDED if s in by_scale and by_scale[s].decision.compared]
     scale = next((s for s in recorded if whole(s)), next((s for s in recorded if seeded(s)),
