@@ -290,10 +290,9 @@ def differences(c: Comparison, evidence: Evidence, last: int = 1) -> dict[int, f
     return {s: plus - minus for s, (plus, minus) in paired_values(c, evidence, last).items()}
 
 
-def compared(c: Comparison, evidence: Evidence, last: int, alpha: float, delta: float) -> Compared | None:
-    """One comparison on ``evidence`` at ``alpha``: its paired differences (``Compared``) or, for a comparison of
-    spreads, both sides' values (``SpreadCompared``); None without a paired seed (a spread: without two)."""
-    pairs = paired_values(c, evidence, last)
+def compared(c: Comparison, pairs: dict[int, tuple[float, float]], alpha: float, delta: float) -> Compared | None:
+    """One comparison on its ``pairs`` (``paired_values``) at ``alpha``: its paired differences (``Compared``) or, for
+    a comparison of spreads, both sides' values (``SpreadCompared``); None without a paired seed (a spread: two)."""
     if len(pairs) < (2 if c.spread else 1):   # a spread needs two seeds to be estimated at all
         return None
     seeds, diffs = tuple(pairs), tuple(plus - minus for plus, minus in pairs.values())
@@ -327,10 +326,11 @@ def assess(claim: Claim, evidence: Evidence, scale: str, labels: dict | None = N
     comparison without a paired seed is missing, one with a single seed has no interval (either keeps an "all" claim
     from holding); reading seeds beyond the claim's planned ones is a second look."""
     comparisons = claim.comparisons(evidence, labels or {}) if not claim.scales or scale in claim.scales else []
-    seeds = [set(paired_values(c, evidence, last)) for c in comparisons]
+    pairs = [paired_values(c, evidence, last) for c in comparisons]
+    seeds = [set(p) for p in pairs]
     used = sorted(set().union(*seeds))
     looks = 2 if set(used) - set(claim.seeds) else 1
-    found = [compared(c, evidence, last, ALPHA / looks, claim.delta) for c in comparisons]
+    found = [compared(c, p, ALPHA / looks, claim.delta) for c, p in zip(comparisons, pairs)]
     missing = [c.label for c, f in zip(comparisons, found) if f is None]
     decision = decide([f for f in found if f is not None], claim.kind, looks, claim.required, missing)
     complete = bool(comparisons) and all(len(s) >= DECIDING_SEEDS for s in seeds)
