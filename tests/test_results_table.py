@@ -73,6 +73,11 @@ def test_a_table_of_numbers_is_split_where_it_would_pass_the_text_column():
     assert [list(p.columns) for p in table.parts()] == [["method", "A0", "A1", "A2"],
                                                       ["method", "A3", "paper (CIFAR-10)"]]
     assert [len(p.columns) for p in ResultsTable(df.iloc[:, :4]).parts()] == [4]   # three fit
+    # the table as built at book scale: its fourth column narrower (131 px: "73.63 ± 3.34 (n=3)"), so four fit in
+    # 574 px (563) and the paper's column would stand alone; two parts share the five columns out, three and two
+    narrower = df.assign(A3=["73.63 ± 3.34 (n=3)"])
+    assert [list(p.columns) for p in ResultsTable(narrower).parts()] == [["method", "A0", "A1", "A2"],
+                                                                         ["method", "A3", "paper (CIFAR-10)"]]
     sentences = pd.DataFrame({"claim": ["a sentence much longer than forty characters, which wraps"],
                               **{f"A{i}": [cell] for i in range(4)}})
     assert len(ResultsTable(sentences).parts()) == 1

@@ -349,6 +349,11 @@ class ResultsTable:
                 used = 0.0
             parts[-1].append(col)
             used += px
+        # as many parts with the columns shared out evenly, where they fit: no lone column left for the last part
+        ends = np.cumsum([0] + [len(chunk) for chunk in np.array_split(np.arange(len(rest)), len(parts))])
+        even = [rest[start:end] for start, end in zip(ends, ends[1:])]
+        if all(len(part) <= width and sum(map(self.column_px, part)) <= budget for part in even):
+            parts = even
         return [key + part for part in parts]
 
     def parts(self) -> list:
