@@ -25,7 +25,7 @@ from tqdm import tqdm
 
 from fedlib.errors import ConfigError, NotebookFailed, StorageFailed
 from fedlib.store import atomic_write
-from fedlib.studies.registry import notebook_parameters
+from fedlib.studies.registry import chapters, notebook_parameters
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -62,9 +62,10 @@ class NoAliasLoader(yaml.SafeLoader):
 
 
 def read_manifest(manifest_path: str) -> dict:
-    """The manifest, checked: a YAML mapping with ``build`` (configuration names) and ``chapters`` (each a
-    ``notebook`` path and ``configurations``: name -> {output, parameters}); anything else is one ConfigError
-    naming the file and what is wrong."""
+    """The manifest, checked: a YAML mapping with ``build`` (configuration names), ``chapters`` (each a
+    ``notebook`` path and ``configurations``: name -> {output, parameters}) and optionally ``registered: true``
+    (every registered chapter's notebook first, ``with_registered``); anything else is one ConfigError naming the
+    file and what is wrong."""
     path = ROOT / manifest_path
     shape = ("a YAML file: build: [names]; chapters: [{notebook: path, configurations: {name: {output: path, "
              "parameters: {...}}}}]")
@@ -90,6 +91,10 @@ def read_manifest(manifest_path: str) -> dict:
             raise ConfigError(f"{manifest_path}: {field}", value, allowed)
 
     need(isinstance(manifest, dict), "the whole file", type(manifest).__name__, shape)
+    need(isinstance(manifest.get("registered", False), bool), "registered", manifest.get("registered"),
+         "true or false: whether every registered chapter's notebook comes first, at ci, book and paper scale")
+    if manifest.get("registered") and isinstance(manifest.get("chapters", []), list):
+        manifest["chapters"] = with_registered(manifest.get("chapters") or [])
     need(isinstance(manifest.get("build"), list) and all(isinstance(n, str) for n in manifest["build"]), "build",
          manifest.get("build"), "a list of configuration names")
     need(isinstance(manifest.get("chapters"), list) and manifest["chapters"], "chapters", manifest.get("chapters"),
@@ -121,6 +126,47 @@ def read_manifest(manifest_path: str) -> dict:
             need(isinstance(conf.get("parameters", {}), dict), f"{field} parameters", conf.get("parameters"),
                  "a mapping {parameter: value}")
     return manifest
+
+
+def chapter_configurations(name: str) -> dict:
+    """What the book executes of a registered chapter's notebook ``notebooks/<name>.ipynb``: the committed ci-scale
+    notebook nbval checks, the book's page, and the paper-scale reproduction."""
+    return {"ci": {"output": f"notebooks/{name}.ipynb", "parameters": {"scale": "ci"}},
+            "book": {"output": f"book/chapters/{name}.ipynb", "parameters": {"scale": "book"}},
+            "paper": {"output": f"reproduced/{name}_paper.ipynb",
+                      "parameters": {"scale": "paper", "device": "auto", "executor": "auto"}}}
+
+
+def with_registered(listed: list) -> list:
+    """The manifest's notebooks with every registered chapter that has a notebook first, in the registry's order,
+    each with ``chapter_configurations``; where the manifest lists that notebook too, its configurations replace
+    those of the same name (FedGPA's book page trains two settings of three)."""
+    own = {c.get("notebook"): c for c in listed if isinstance(c, dict)}
+    registered = []
+    for name in chapters():
+        notebook = f"notebooks/{name}.ipynb"
+        if (ROOT / notebook).exists():
+            registered.append({"notebook": notebook, "configurations": {
+                **chapter_configurations(name), **((own.get(notebook) or {}).get("configurations") or {})}})
+    taken = {c["notebook"] for c in registered}
+    return registered + [c for c in listed if not isinstance(c, dict) or c.get("notebook") not in taken]
+
+
+def synced_toc(book_dir: Path, manifest: dict) -> str:
+    """The table of contents with its pages under ``chapters/`` being the manifest's book pages in its order (the
+    registered chapters', then the Results overview): what ``build_book`` writes before the HTML build, so that a
+    registered chapter is listed without an edit; the other pages stay where they are."""
+    outputs = [ROOT / c["configurations"]["book"]["output"] for c in manifest["chapters"]
+               if "book" in c["configurations"]]
+    pages = [f"chapters/{out.stem}" for out in outputs if out.parent.resolve() == (book_dir / "chapters").resolve()]
+    lines = (book_dir / "_toc.yml").read_text().splitlines(keepends=True)
+    listed = [i for i, line in enumerate(lines) if line.strip().startswith("- file: chapters/")]
+    if not listed:
+        return "".join(lines)
+    indent = lines[listed[0]][:len(lines[listed[0]]) - len(lines[listed[0]].lstrip())]
+    kept = [line for i, line in enumerate(lines) if i not in listed]
+    at = listed[0]
+    return "".join(kept[:at] + [f"{indent}- file: {page}\n" for page in pages] + kept[at:])
 
 
 def jobs(manifest: dict, only: str | None):
@@ -424,6 +470,10 @@ def build_book(manifest_path: str = "book/experiments.yml", only: str | None = N
     if not build:
         return 0
     book_dir = path.parent
+    toc = synced_toc(book_dir, manifest)
+    if toc != (book_dir / "_toc.yml").read_text():
+        (book_dir / "_toc.yml").write_text(toc)
+        print(f"{book_dir / '_toc.yml'}: its chapters' pages listed again from the manifest (commit it)")
     ensure_mathjax(book_dir)
     jb = shutil.which("jupyter-book", path=str(Path(sys.executable).parent))
     jupyter_book = [jb] if jb else [sys.executable, "-m", "jupyter_book"]

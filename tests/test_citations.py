@@ -55,20 +55,60 @@ def test_the_book_loads_the_bibliography_and_lists_it():
     assert "{bibliography}" in (ROOT / "book" / "bibliography.md").read_text()
 
 
+def book_builder():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build", ROOT / "book" / "build.py")
+    build = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(build)
+    return build
+
+
 def test_every_registered_chapter_is_executed_by_the_manifest_and_listed_in_the_table_of_contents():
     """A chapter of the book (a study module in fedlib with a notebook) is a page: the manifest executes its notebook
-    at ci, book and paper scale into the page the table of contents lists, in the registry's order."""
-    from fedlib.studies.registry import chapters
-
-    manifest = yaml.safe_load((ROOT / "book" / "experiments.yml").read_text())
+    at ci, book and paper scale into the page the table of contents lists, in the registry's order, and the committed
+    table of contents is the one the builder writes (no chapter list is kept by hand)."""
+    build = book_builder()
+    manifest = build.read_manifest("book/experiments.yml")
     pages = {Path(e["notebook"]).stem: e["configurations"] for e in manifest["chapters"]}
     toc = [c["file"] for c in yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())["chapters"]]
     book = [name for name in chapters() if (ROOT / "notebooks" / f"{name}.ipynb").exists()]
     assert book == list(chapters())   # every built-in chapter has its notebook
+    assert list(pages)[:len(book)] == book and list(pages)[-1] == "results"   # the overview reads them: last
     for name in book:
         assert set(pages[name]) >= {"ci", "book", "paper"}, name
         assert pages[name]["book"]["output"] == f"book/chapters/{name}.ipynb" and f"chapters/{name}" in toc, name
+    assert pages["fedgpa"]["book"]["parameters"] == {"scale": "book", "settings": [1, 2]}   # the manifest's own
+    assert pages["fedpcl"]["ci"] == {"output": "notebooks/fedpcl.ipynb", "parameters": {"scale": "ci"}}
     assert [f for f in toc if f.removeprefix("chapters/") in book] == [f"chapters/{n}" for n in book]
+    assert build.synced_toc(ROOT / "book", manifest) == (ROOT / "book" / "_toc.yml").read_text()
+
+
+def test_a_registered_chapter_with_a_notebook_gets_its_page_without_an_edit(tmp_path, monkeypatch):
+    """A sixth chapter registered in the package with its notebook: the manifest executes it at the three scales
+    before the overview, and the table of contents the builder writes lists it in the registry's order."""
+    from fedlib.studies import registry
+
+    build = book_builder()
+    (tmp_path / "notebooks").mkdir()
+    for name in [*chapters(), "sixth"]:
+        (tmp_path / "notebooks" / f"{name}.ipynb").write_text("{}")
+    (tmp_path / "book" / "chapters").mkdir(parents=True)
+    (tmp_path / "book" / "_toc.yml").write_text((ROOT / "book" / "_toc.yml").read_text())
+    (tmp_path / "book" / "experiments.yml").write_text((ROOT / "book" / "experiments.yml").read_text())
+    monkeypatch.setattr(build, "ROOT", tmp_path)
+    monkeypatch.setattr(registry, "CHAPTERS", dict(registry.chapters()))
+    registry.CHAPTERS["sixth"] = registry.Chapter("sixth", "Sixth paper", "sixth")   # the default place: a paper's
+    manifest = build.read_manifest("book/experiments.yml")
+    order = [Path(c["notebook"]).stem for c in manifest["chapters"]]
+    assert order == ["fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc", "sixth", "compare", "results"]
+    assert manifest["chapters"][5]["configurations"]["book"] == {"output": "book/chapters/sixth.ipynb",
+                                                                 "parameters": {"scale": "book"}}
+    toc = yaml.safe_load(build.synced_toc(tmp_path / "book", manifest))
+    files = [c["file"] for c in toc["chapters"]]
+    assert files[files.index("chapters/pfedcspc") + 1:files.index("chapters/results")] == ["chapters/sixth",
+                                                                                           "chapters/compare"]
+    assert files[:2] == ["quickstart", "usage"] and files[-3:] == ["flower", "glossary", "bibliography"]
 
 
 def test_the_glossary_defines_every_scale_and_every_outcome_the_book_prints():

@@ -740,6 +740,8 @@ BOOK_BAD = [
     ("build: [x]\nchapters:\n  - notebook: notebooks/nosuch.ipynb\n    configurations:\n"
      "      x: {output: o.ipynb}\n", "notebook='notebooks/nosuch.ipynb' is not allowed"),
     ("build: [book\n", "valid YAML (line 2"),
+    ("build: [book]\nregistered: yes please\nchapters: []\n", "registered='yes please' is not allowed: true or false"),
+    ("build: [book]\nregistered: true\nchapters: notebooks/fedgpa.ipynb\n", "chapters='notebooks/fedgpa.ipynb' is not"),
     # issue 39, beyond its list: a manifest names notebooks to run and files to write, both inside the repository
     ("build: [x]\nchapters:\n  - notebook: ../../tmp/evil.ipynb\n    configurations:\n"
      "      x: {output: o.ipynb}\n", "notebook='../../tmp/evil.ipynb' is not allowed: a notebook path inside the"),

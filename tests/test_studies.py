@@ -241,7 +241,8 @@ def test_a_chapter_from_outside_the_package_is_registered_and_listed_everywhere(
     monkeypatch.setitem(sys.modules, "mypaper", mod)
     monkeypatch.setattr(registry, "CHAPTERS", dict(registry.chapters()))
     registry.register_chapter("mypaper", "My paper")
-    assert list(overview.titles())[-1] == "mypaper" and overview.titles()["mypaper"] == "My paper"
+    assert list(overview.titles())[-2:] == ["mypaper", "compare"]   # among the papers, before the side-by-side page
+    assert overview.titles()["mypaper"] == "My paper"
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     assert main(["records", "mypaper", "--scale", "reference", "--device", "cpu", "--deadline", "1e-9"]) == 0
     runs = len(recording_order(fedgpa.tables("reference")))   # the grid it borrowed, every table of it

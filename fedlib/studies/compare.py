@@ -469,4 +469,4 @@ def headline_rows(runs: dict, scale: str) -> list[dict]:
     return [dict(partition=kind, **row) for kind in PARTITIONS for row in side_by_side(runs, kind)]
 
 
-register_chapter(__name__, "Five methods side by side")
+register_chapter(__name__, "Five methods side by side", place=90)   # after every paper's chapter

@@ -923,4 +923,4 @@ def plot_paper_scale(stored: dict):
     return fig
 
 
-register_chapter(__name__, "FedGPA")
+register_chapter(__name__, "FedGPA", place=1)

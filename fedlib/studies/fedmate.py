@@ -507,4 +507,4 @@ def tables(scale: str) -> dict:
     return out
 
 
-register_chapter(__name__, "FedMate")
+register_chapter(__name__, "FedMate", place=4)

@@ -1166,4 +1166,4 @@ def plot_paper_scale(stored: dict):
     return fig
 
 
-register_chapter(__name__, "FedPCL")
+register_chapter(__name__, "FedPCL", place=2)

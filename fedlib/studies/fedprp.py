@@ -809,4 +809,4 @@ DECIDING_3X = [(FIRST, "shards", "fedprp"), (FIRST, "shards", "fedic"), (FIRST, 
                (FIRST, "dirichlet", "fedic"), (FIRST, "dirichlet", "fedrep")]
 
 
-register_chapter(__name__, "FedPRP")
+register_chapter(__name__, "FedPRP", place=3)

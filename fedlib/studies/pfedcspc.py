@@ -823,4 +823,4 @@ def tables(scale: str) -> dict:
     return out
 
 
-register_chapter(__name__, "pFedCSPC")
+register_chapter(__name__, "pFedCSPC", place=5)

@@ -1,13 +1,15 @@
 """The chapters, registered like methods. A paper's study module holds only what its paper brings (its tables'
 grids, rows, plots and claims) and declares itself at its end:
 
-    register_chapter(__name__, "FedGPA")
+    register_chapter(__name__, "FedGPA", place=1)
 
 which checks the ``CONTRACT`` and returns its ``Chapter``: the behaviour every chapter shares, written once (its
 budget per scale, its hyperparameter table, its paper-scale grid, the notebook's closing verdict box), in front of
-the module's own names. Everything that lists chapters (the Results overview, the command line's ``records`` and
-``tune``, the benchmarks, the tests) reads ``chapters()``; a sixth paper adds its study module and its notebook
-(``fedlib.studies.template``) and, outside the package, imports the module before asking."""
+the module's own names. ``chapters()`` discovers the study modules of ``fedlib.studies`` (no list of them is kept)
+and orders them by their place; everything that lists chapters (the Results overview, the book's manifest and table
+of contents, the command line's ``records`` and ``tune``, the benchmarks, the tests) reads it. A sixth paper adds
+its study module and its notebook (``fedlib.studies.template``); outside the package, it imports the module before
+asking."""
 from __future__ import annotations
 
 import importlib
@@ -37,7 +39,8 @@ CONTRACT = {
 # REFERENCE_REASONS (why its reference scale differs from the paper's protocol beyond the rounds and epochs),
 # CONVERGENCE_METRIC (the metric its reference budget's convergence check reads),
 # TUNING (its book-scale learning rate), NOTEBOOK_PARAMETERS (what its notebook's own list parameters may hold)
-BUILTIN = ("fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc", "compare")   # the book's chapters, in its order
+# a chapter's place in the book when it names none: after the papers' chapters, before the side-by-side page
+PAPER_PLACE = 50
 
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Chapter:
     name: str        # the study module's last name: the chapter's notebook and results/<name>/ folder
     title: str       # how the book names it
     module: str      # the study module
+    place: int = PAPER_PLACE   # its place in the book's order (ties: by name)
 
     @property
     def study(self) -> ModuleType:
@@ -384,24 +388,38 @@ class Chapter:
 CHAPTERS: dict[str, Chapter] = {}
 
 
-def register_chapter(module: str, title: str) -> Chapter:
-    """Register the study module ``module`` (call ``register_chapter(__name__, "Title")`` at its end) after checking
-    it defines the ``CONTRACT``."""
+def register_chapter(module: str, title: str, place: int = PAPER_PLACE) -> Chapter:
+    """Register the study module ``module`` (call ``register_chapter(__name__, "Title")`` at its end; ``place``: its
+    place in the book's order, ``PAPER_PLACE`` by default) after checking it defines the ``CONTRACT``."""
     mod = sys.modules[module]
     missing = [f"{name} ({what})" for name, what in CONTRACT.items() if not hasattr(mod, name)]
     if missing:
         raise TypeError(f"chapter {module} does not define {'; '.join(missing)}")
-    entry = Chapter(module.rsplit(".", 1)[-1], title, module)
+    entry = Chapter(module.rsplit(".", 1)[-1], title, module, place)
     CHAPTERS[entry.name] = entry
     return entry
 
 
+def package_chapters() -> list[str]:
+    """The modules of ``fedlib.studies`` that register a chapter: a line of their source starts with the call (read as
+    text, so that discovering them imports nothing else)."""
+    import pkgutil
+    import re
+    from pathlib import Path
+
+    import fedlib.studies as package
+
+    return [f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__)
+            if re.search(r"^register_chapter\(__name__", (Path(package.__path__[0]) / f"{m.name}.py").read_text(),
+                         re.M)]
+
+
 def chapters() -> dict[str, Chapter]:
-    """Every registered chapter (the book's own first, in its order)."""
-    for name in BUILTIN:
-        importlib.import_module(f"fedlib.studies.{name}")
-    return {**{name: CHAPTERS[name] for name in BUILTIN},
-            **{name: c for name, c in CHAPTERS.items() if name not in BUILTIN}}
+    """Every registered chapter, the package's discovered, in the book's order (each chapter's ``place``, then its
+    name)."""
+    for module in package_chapters():
+        importlib.import_module(module)
+    return {c.name: c for c in sorted(CHAPTERS.values(), key=lambda c: (c.place, c.name))}
 
 
 def study(name: str) -> Chapter:
