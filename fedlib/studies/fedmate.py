@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from fedlib.experiment import Config, make_config
+from fedlib.methods.fedpac import CODE_READINGS, CodeReading
 from fedlib.plots import chance_line
 from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Sentence, Statistic, versus
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
@@ -167,6 +168,24 @@ def ablation_config(row: str, dataset: str, s: float, scale: str, seed: int = 0)
     return config("fedmate", dataset, scale, s=s, seed=seed, hyper=dict(ABLATION[row]))
 
 
+# FedPAC as its authors' code runs the method (fedlib.methods.fedpac.CODE_READINGS), the method's own readings only:
+# the code's optimizer is FedMate's protocol already, and its CNN is FedGPA's FMNIST model, not this chapter's
+PAC_TABLE = "fedpac_readings"
+METHOD_READINGS = ("statistics before training", "head rate 0.1")
+AS_ITS_CODE = "as its code"
+PAC_READINGS: dict[str, CodeReading] = {
+    AS_ITS_CODE: CodeReading("both", hyper=tuple(kv for name in METHOD_READINGS for kv in CODE_READINGS[name].hyper)),
+    **{name: CODE_READINGS[name] for name in METHOD_READINGS}}
+
+
+def fedpac_readings_grid(scale: str) -> dict:
+    """FedPAC under its code's readings in Table 2's cells: {(dataset, reading): configs over Table 2's seeds}, keyed
+    like Table 2 so that a reading pairs with Table 2's FedMate and FedPAC by seed."""
+    sc = SCALES[scale]
+    return {(ds, name): with_seeds(reading.applied(config("fedpac", ds, scale, shards=3)), sc.table2_seeds)
+            for ds in sc.table2_datasets for name, reading in PAC_READINGS.items()}
+
+
 # ---------------------------------------------------------------------- claims of the paper
 T1_NAMES = ("{0[0]}, s = {0[1]}", "")   # Table 1's key: ((dataset, s), row)
 REPEAT_METHODS = ["fedproto", "fedrep", "fedpac", "fedmate"]
@@ -213,7 +232,10 @@ CLAIMS = (
           "CIFAR-10 92.18 vs FedPAC 91.71, FedRep 91.45",
           round(PAPER_T2["fedmate"][0] - max(v[0] for m, v in PAPER_T2.items() if m != "fedmate"), 2), 0.25,
           "a quarter point: the paper's CIFAR-10 lead over FedPAC is 0.47",
-          reading="FedMate above each of Table 2's ten other methods, three classes per client"),
+          reading="FedMate above each of Table 2's ten other methods, three classes per client",
+          beside=(("against FedPAC as its code runs it", (
+              versus("table2", "fedmate", [Row(AS_ITS_CODE, "FedPAC (its code's readings)", table=PAC_TABLE)],
+                     "personal_local_acc", slot=1, names=("{}", "")),)),)),
     Claim("fedproto_15_below", "FedProto is more than 15 points below FedMate (Table 1)",
           "prototype-only methods (FedProto) demonstrate the inherent limitations of low-dimensional guidance "
           "(suffering a >15% performance degradation compared to our approach)", "Section 4.1, Table 1",
@@ -261,11 +283,25 @@ CLAIMS = (
           "equivalent total communication cost (Appx. 2, not in our text)", None, 1.0,
           "'without costing accuracy': within a point of the run that sends the extractor every round",
           reading="fewer numbers uploaded, and accuracy not more than delta below sending the extractor every round"),
+    Claim("fedpac_as_its_code", "FedPAC run as its authors' code runs the method is within a quarter point of "
+          "fedlib's FedPAC (Table 2's cell)",
+          "(a hypothesis of this book about the FedPAC baseline, FedMate's closest rival in Table 2)",
+          "FedPAC's official code (github.com/JianXu95/FedPAC)",
+          (Pairs(PAC_TABLE, tuple((Row(name, name), Row("fedpac", "fedlib's FedPAC", table="table2"))
+                                  for name in PAC_READINGS), "personal_local_acc", slot=1, names=("{}", ""),
+                 test="equivalent"),),
+          "-", None, 0.25, "a quarter point: FedMate's Table 2 lead over FedPAC in the paper is 0.47",
+          hypothesis=True, scales=("reference",),
+          reading="each of the code's two method readings (the classifier combination's statistics on the received "
+                  "model; the head's step at 0.1) and both at once, against fedlib's FedPAC on Table 2's seeds, "
+                  "within +-delta (two one-sided tests)"),
 )
 TABLE_RUNS = {"table1": "Table 1's methods and ablation rows in each (dataset, s) cell of the scale",
               "table2": "Table 2's methods, three classes per client",
               "repeat": "FedProto, FedRep, FedPAC and FedMate at each repeat ratio, FMNIST s = 50",
-              "communication": "FedMate with and without CFT, FMNIST s = 10"}
+              "communication": "FedMate with and without CFT, FMNIST s = 10",
+              PAC_TABLE: "FedPAC as its authors' code runs the method (each of two readings, then both), Table 2's "
+                         "cell and seeds"}
 
 INVENTORY = (
     Sentence("1) our method consistently outperforms the baselines across datasets and heterogeneity scenarios",
@@ -496,12 +532,13 @@ CONVERGENCE_METRIC = "personal_global_acc"   # what the convergence check reads 
 def tables(scale: str) -> dict:
     """The recorded grid of every table at ``scale`` (reference or paper), most needed first (``python -m fedlib
     records fedmate [--scale reference]``); at reference scale also the convergence check (Table 1's first cell,
-    FedMate and FedPAC at 3x the rounds, seed 0)."""
+    FedMate and FedPAC at 3x the rounds, seed 0) and FedPAC under its code's readings."""
     out = {"table1": table1_grid(scale), "table2": table2_grid(scale), "repeat": repeat_grid(scale),
            "communication": communication_grid(scale)}
     if scale == "reference":   # the evidence first: it says what the budget can decide
         first, last = SCALES[scale].table1_cells[0], SCALES[scale].table1_cells[-1]
-        out = {"convergence": convergence_grid({m: out["table1"][(first, m)] for m in CONVERGENCE}), **out}
+        out = {"convergence": convergence_grid({m: out["table1"][(first, m)] for m in CONVERGENCE}), **out,
+               PAC_TABLE: fedpac_readings_grid(scale)}   # a check of the baseline, at reference scale only
         # the comparison that decides Table 1 at 3x the rounds: FedMate and FedPAC at s = 70
         out["table1@3x"] = convergence_grid({(last, m): out["table1"][(last, m)] for m in CONVERGENCE})
     return out
