@@ -605,44 +605,16 @@ def fedpac_readings_grid(scale: str) -> dict:
 
 
 def fedpac_readings(scale: str = "reference") -> tuple[list[dict], list[dict], str]:
-    """Each reading's FedPAC beside fedlib's, from the committed records: its accuracy, its difference from fedlib's
-    FedPAC and FedGPA's margin over it, paired by seed (mean [one-sided 95% bounds], as the verdicts give them);
-    (rows, records, a sentence on what moves FedPAC and where FedGPA's margin changes side)."""
-    from fedlib.studies.claims import paired, side
+    """Each reading's FedPAC beside fedlib's, from the committed records (``readings.reading_rows``): its accuracy,
+    its difference from fedlib's FedPAC and FedGPA's margin over it, paired by seed."""
     from fedlib.studies.common import stored_grid
-    from fedlib.studies.decide import Compared, signed
+    from fedlib.studies.readings import reading_rows
 
     runs = {cell: c["records"] for cell, c in stored_grid("fedgpa", fedpac_readings_grid(scale)).items()}
     gpa = {s: c["records"] for (_, _, s), c in stored_grid("fedgpa", comparison_grid((1,), (20, 80), ["fedgpa"],
                                                                                        scale)).items()}
-
-    def compared(diffs: dict[int, float]) -> Compared:
-        return Compared("", tuple(diffs), tuple(diffs.values()))
-
-    def interval(c: Compared) -> str:
-        if c.interval is None:
-            return f"{signed(c.mean)} (n={c.n})" if c.n else "-"
-        return f"{signed(c.mean)} [{signed(c.interval[0])}, {signed(c.interval[1])}] (n={c.n})"
-
-    rows, moved, turned = [], [], []
-    for (name, s), records in runs.items():
-        if not records:
-            continue
-        shift = compared(paired(records, runs[(FEDLIB_PAC, s)], METRIC))
-        margin, base = compared(paired(gpa[s], records, METRIC)), compared(paired(gpa[s], runs[(FEDLIB_PAC, s)],
-                                                                                  METRIC))
-        rows.append({"reading": name, "s": s, "FedPAC": fmt(mean_std(records, METRIC)),
-                     "− fedlib's FedPAC": interval(shift),
-                     "FedGPA − it": interval(margin)})
-        if name != FEDLIB_PAC and side(shift) != "not separated":
-            moved.append(f"{name} ({signed(shift.mean)} at s = {s})")
-        if name != FEDLIB_PAC and side(margin) != side(base):
-            turned.append(f"{name} at s = {s} ({signed(base.mean)} -> {signed(margin.mean)}: {side(margin)})")
-    sentence = ("" if not rows else
-                "Readings that move FedPAC (its paired interval clear of 0, each comparison alone, uncorrected): "
-                f"{'; '.join(moved) or 'none'}. FedGPA's "
-                f"margin over FedPAC changes side with: {'; '.join(turned) or 'none'}.")
-    return rows, [r for records in runs.values() for r in records], sentence
+    return reading_rows(runs, {s: runs[(FEDLIB_PAC, s)] for s in gpa}, gpa, METRIC,
+                        ("s", "FedPAC", "fedlib's FedPAC", "FedGPA"))
 
 
 def s_sweep(methods, scale: str, s_grid=(0, 20, 50, 80)) -> tuple[dict, dict]:

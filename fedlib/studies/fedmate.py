@@ -186,6 +186,21 @@ def fedpac_readings_grid(scale: str) -> dict:
             for ds in sc.table2_datasets for name, reading in PAC_READINGS.items()}
 
 
+def fedpac_readings(scale: str = "reference") -> tuple[list[dict], list[dict], str]:
+    """Each reading's FedPAC beside fedlib's, from the committed records (``readings.reading_rows``): its accuracy,
+    its difference from fedlib's FedPAC and FedMate's margin over it, paired by seed, in Table 2's cells."""
+    from fedlib.studies.common import stored_grid
+    from fedlib.studies.readings import reading_rows
+
+    stored = stored_grid("fedmate", fedpac_readings_grid(scale))
+    readings = {(name, ds): c["records"] for (ds, name), c in stored.items()}
+    table2 = {cell: c["records"] for cell, c in stored_grid("fedmate", table2_grid(scale)).items()}
+    datasets = SCALES[scale].table2_datasets
+    return reading_rows(readings, {ds: table2[(ds, "fedpac")] for ds in datasets},
+                        {ds: table2[(ds, "fedmate")] for ds in datasets}, "personal_local_acc",
+                        ("dataset", "FedPAC", "fedlib's FedPAC", "FedMate"))
+
+
 # ---------------------------------------------------------------------- claims of the paper
 T1_NAMES = ("{0[0]}, s = {0[1]}", "")   # Table 1's key: ((dataset, s), row)
 REPEAT_METHODS = ["fedproto", "fedrep", "fedpac", "fedmate"]
