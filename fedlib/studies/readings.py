@@ -3,7 +3,7 @@ records against the baseline's own, and the chapter's method's margin over each,
 FedMate's chapters both check FedPAC so; the hypotheses that decide it are their claims, this is the table beside."""
 from __future__ import annotations
 
-from fedlib.studies.claims import Metric, paired, side
+from fedlib.studies.claims import paired, side
 from fedlib.studies.decide import Compared, signed
 from fedlib.studies.report import fmt, mean_std
 
@@ -19,7 +19,7 @@ def _interval(c: Compared) -> str:
 
 
 def reading_rows(readings: dict[tuple[str, str], list[dict]], baseline: dict[str, list[dict]],
-                 method: dict[str, list[dict]], metric: Metric, names: tuple[str, str, str, str]
+                 method: dict[str, list[dict]], metric: str, names: tuple[str, str, str, str]
                  ) -> tuple[list[dict], list[dict], str]:
     """``readings``: {(reading, cell): records}; ``baseline`` and ``method``: {cell: records} of the baseline as the
     library runs it and of the chapter's method; ``names``: (the cell's column, the baseline's label, its label as
