@@ -160,12 +160,14 @@ def synced_toc(book_dir: Path, manifest: dict) -> str:
                if "book" in c["configurations"]]
     pages = [f"chapters/{out.stem}" for out in outputs if out.parent.resolve() == (book_dir / "chapters").resolve()]
     lines = (book_dir / "_toc.yml").read_text().splitlines(keepends=True)
-    listed = [i for i, line in enumerate(lines) if line.strip().startswith("- file: chapters/")]
-    if not listed:
+    entries = [i for i, line in enumerate(lines) if line.strip().startswith("- file: ")]
+    listed = [i for i in entries if lines[i].strip().startswith("- file: chapters/")]
+    if not entries:
         return "".join(lines)
-    indent = lines[listed[0]][:len(lines[listed[0]]) - len(lines[listed[0]].lstrip())]
+    first = lines[(listed or entries)[0]]
+    indent = first[:len(first) - len(first.lstrip())]
     kept = [line for i, line in enumerate(lines) if i not in listed]
-    at = listed[0]
+    at = listed[0] if listed else entries[-1] + 1   # where the chapters stood, or after the last page
     return "".join(kept[:at] + [f"{indent}- file: {page}\n" for page in pages] + kept[at:])
 
 

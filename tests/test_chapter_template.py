@@ -56,3 +56,54 @@ def test_a_sixth_chapter_from_outside_the_package_runs_its_template_notebook_at_
     summary = json.loads((tmp_path / "cache" / "summaries" / "sixth-ci.json").read_text())
     assert summary["claims"][0]["claim"] == "fine-tuning beats FedAvg on local tests" and summary["headline"]
     assert "sixth" not in registry.CHAPTERS                            # registered in its kernel only
+
+
+def test_a_sixth_paper_goes_through_records_the_overview_and_a_one_page_book(tmp_path, monkeypatch, capsys):
+    """The documented way, end to end, in a repository-shaped folder: the chapter's study module and its notebook
+    (written from the template) under notebooks/, its bibliography entry; nothing else is edited. ``records`` records
+    its reference grid, the Results overview decides its claim from those records, and the book's builder executes
+    its notebook at book scale (the manifest says only ``registered: true``), lists its page in the table of contents
+    and builds the book with warnings as errors (and, where Chromium is installed, its layout check)."""
+    import importlib
+    import sys
+
+    from fedlib import results
+    from fedlib.cli import book_builder, main
+    from fedlib.studies import overview
+
+    notebooks, book = tmp_path / "notebooks", tmp_path / "book"
+    notebooks.mkdir()
+    (book / "_mathjax" / "mathjax").mkdir(parents=True)
+    (book / "_mathjax" / "mathjax" / "tex-chtml.js").write_text("")   # the page has no equation: no MathJax needed
+    shutil.copy(SIXTH, notebooks / "sixth.py")
+    template.write("sixth", "Sixth paper", notebooks / "sixth.ipynb", outside=True)
+    (book / "_config.yml").write_text('title: six\nonly_build_toc_files: true\nexecute:\n  execute_notebooks: "off"\n'
+                                      'bibtex_bibfiles: ["references.bib"]\n')
+    (book / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: notes\n")
+    (book / "intro.md").write_text("# A book of one paper\n")
+    (book / "notes.md").write_text("# References\n\n```{bibliography}\n```\n")
+    (book / "references.bib").write_text("@article{sixth, title = {A sixth paper}, author = {Someone, A.}, "
+                                         "journal = {Somewhere}, year = {2026}}\n")
+    (book / "experiments.yml").write_text("build: [book]\nregistered: true\nchapters: []\n")
+    for name, value in (("FEDLIB_CACHE", tmp_path / "cache"), ("FEDLIB_RESULTS", tmp_path / "results"),
+                        ("TQDM_DISABLE", "1")):
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.setattr(results, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(registry, "CHAPTERS", dict(registry.chapters()))
+    monkeypatch.syspath_prepend(str(notebooks))
+    monkeypatch.delitem(sys.modules, "sixth", raising=False)
+    importlib.import_module("sixth")   # registers it, as the notebook's set-up does in its kernel
+
+    assert main(["records", "sixth", "--scale", "reference", "--device", "cpu", "--workers", "1"]) == 0
+    assert "sixth: 6 recorded, 0 failed" in capsys.readouterr().out
+    assert len(list((tmp_path / "results" / "sixth").glob("*.json"))) == 6
+    row = overview.claims_table(overview.recorded_verdicts()).set_index("chapter").loc["Sixth paper"]
+    assert row["scale"] == "reference" and row["seeds"] == 3 and row["outcome"] != "not checked"
+
+    build = book_builder()
+    monkeypatch.setattr(build, "ROOT", tmp_path)
+    assert build.build_book("book/experiments.yml") == 0
+    assert "- file: chapters/sixth" in (book / "_toc.yml").read_text()
+    page = (book / "_build" / "html" / "chapters" / "sixth.html").read_text()
+    assert "Where this chapter stands" in page and "Reference scale: 6 of 6" in page
+    assert "fine-tuning beats FedAvg on local tests" in page and row["outcome"] in page

@@ -6,6 +6,7 @@ from pathlib import Path
 import nbformat
 import yaml
 
+from fedlib.cli import book_builder
 from fedlib.methods import METHODS
 from fedlib.studies.registry import chapters
 
@@ -53,15 +54,6 @@ def test_the_book_loads_the_bibliography_and_lists_it():
     toc = yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())
     assert "bibliography" in [c["file"] for c in toc["chapters"]]
     assert "{bibliography}" in (ROOT / "book" / "bibliography.md").read_text()
-
-
-def book_builder():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("build", ROOT / "book" / "build.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
-    return build
 
 
 def test_every_registered_chapter_is_executed_by_the_manifest_and_listed_in_the_table_of_contents():

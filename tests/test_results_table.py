@@ -1,6 +1,7 @@
 """The book's results tables: provenance read from the records, one number format, no index column, split to fit."""
 import pandas as pd
 
+from fedlib.cli import book_builder
 from fedlib.studies.common import ResultsTable, provenance_line, records_in
 from fedlib.studies.registry import chapters
 
@@ -448,13 +449,3 @@ def test_the_whole_book_prints_to_one_pdf_offline(tmp_path):
 
         text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True).stdout
         assert "alpha words" in text and "omega words" in text
-
-
-def book_builder():
-    """book/build.py (the book's builder: not a package module), loaded by path."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("build", "book/build.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
-    return build

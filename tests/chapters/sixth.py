@@ -23,7 +23,7 @@ class SixthBudget(Budget):
     clients: int = 4
 
 
-SCALES = Scales(ci=SixthBudget(rounds=2, seeds=[0, 1]), book=SixthBudget(rounds=2, seeds=[0, 1]),
+SCALES = Scales(ci=SixthBudget(rounds=2, seeds=[0, 1]), book=SixthBudget(rounds=10, seeds=[0, 1]),
                 reference=SixthBudget(rounds=2, seeds=[0, 1, 2]), paper=SixthBudget(rounds=4, seeds=[0, 1, 2]))
 
 
