@@ -27,7 +27,7 @@ book: setup  ## execute every notebook configuration of book/experiments.yml and
 	$(PY) -m fedlib book
 
 lint: setup  ## ruff and mypy (configured in pyproject.toml)
-	$(PY) -m ruff check fedlib tests benchmarks deploy book/build.py
+	$(PY) -m ruff check fedlib tests benchmarks deploy book/build.py notebooks/*/*.py
 	$(PY) -m mypy
 
 test: lint  ## lint, unit tests, nbval on the committed ci-scale notebooks

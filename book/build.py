@@ -39,8 +39,8 @@ def _stamp(source: Path, params: dict) -> str:
     h = hashlib.sha256(source.read_bytes())
     h.update(json.dumps(params, sort_keys=True).encode())
     h.update(str(results.RESULTS.resolve()).encode())
-    for path in sorted((ROOT / "fedlib").rglob("*.py")):
-        h.update(path.read_bytes())
+    for path in [*sorted((ROOT / "fedlib").rglob("*.py")), *sorted((ROOT / "notebooks").glob("*/*.py"))]:
+        h.update(path.read_bytes())   # the library and the chapters' study modules
     for path in sorted(Path(results.RESULTS).rglob("*.json")):
         h.update(str(path.relative_to(results.RESULTS)).encode())
         h.update(path.read_bytes())
@@ -128,10 +128,18 @@ def read_manifest(manifest_path: str) -> dict:
     return manifest
 
 
-def chapter_configurations(name: str) -> dict:
-    """What the book executes of a registered chapter's notebook ``notebooks/<name>.ipynb``: the committed ci-scale
-    notebook nbval checks, the book's page, and the paper-scale reproduction."""
-    return {"ci": {"output": f"notebooks/{name}.ipynb", "parameters": {"scale": "ci"}},
+def chapter_notebooks() -> dict[str, str]:
+    """{chapter: its notebook, relative to the repository} of every registered chapter whose notebook (beside its
+    study module) is in the repository, in the registry's order."""
+    found = {name: c.notebook for name, c in chapters().items()}
+    return {name: str(path.relative_to(ROOT)) for name, path in found.items()
+            if path.is_relative_to(ROOT) and path.exists()}
+
+
+def chapter_configurations(name: str, notebook: str) -> dict:
+    """What the book executes of a registered chapter's notebook: the committed ci-scale notebook nbval checks (the
+    notebook itself), the book's page, and the paper-scale reproduction."""
+    return {"ci": {"output": notebook, "parameters": {"scale": "ci"}},
             "book": {"output": f"book/chapters/{name}.ipynb", "parameters": {"scale": "book"}},
             "paper": {"output": f"reproduced/{name}_paper.ipynb",
                       "parameters": {"scale": "paper", "device": "auto", "executor": "auto"}}}
@@ -142,12 +150,9 @@ def with_registered(listed: list) -> list:
     each with ``chapter_configurations``; where the manifest lists that notebook too, its configurations replace
     those of the same name (FedGPA's book page trains two settings of three)."""
     own = {c.get("notebook"): c for c in listed if isinstance(c, dict)}
-    registered = []
-    for name in chapters():
-        notebook = f"notebooks/{name}.ipynb"
-        if (ROOT / notebook).exists():
-            registered.append({"notebook": notebook, "configurations": {
-                **chapter_configurations(name), **((own.get(notebook) or {}).get("configurations") or {})}})
+    registered = [{"notebook": notebook, "configurations": {
+        **chapter_configurations(name, notebook), **((own.get(notebook) or {}).get("configurations") or {})}}
+        for name, notebook in chapter_notebooks().items()]
     taken = {c["notebook"] for c in registered}
     return registered + [c for c in listed if not isinstance(c, dict) or c.get("notebook") not in taken]
 

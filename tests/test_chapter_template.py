@@ -9,6 +9,7 @@ import pytest
 from fedlib.studies import registry, template
 
 SIXTH = Path(__file__).parent / "chapters" / "sixth.py"
+BOOK = Path(__file__).resolve().parents[1] / "book"
 
 
 def test_the_template_holds_the_shared_skeleton_one_call_each():
@@ -77,8 +78,9 @@ def test_a_sixth_paper_goes_through_records_the_overview_and_a_one_page_book(tmp
     (book / "_mathjax" / "mathjax" / "tex-chtml.js").write_text("")   # the page has no equation: no MathJax needed
     shutil.copy(SIXTH, notebooks / "sixth.py")
     template.write("sixth", "Sixth paper", notebooks / "sixth.ipynb", outside=True)
-    (book / "_config.yml").write_text('title: six\nonly_build_toc_files: true\nexecute:\n  execute_notebooks: "off"\n'
-                                      'bibtex_bibfiles: ["references.bib"]\n')
+    for part in ("_config.yml", "_static", "_ext"):   # the book's own configuration, style sheets and extensions
+        copy = shutil.copytree if (BOOK / part).is_dir() else shutil.copy
+        copy(BOOK / part, book / part)
     (book / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: notes\n")
     (book / "intro.md").write_text("# A book of one paper\n")
     (book / "notes.md").write_text("# References\n\n```{bibliography}\n```\n")

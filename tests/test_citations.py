@@ -37,7 +37,7 @@ def test_every_method_names_its_papers_entry_or_says_it_has_none():
 
 def test_every_chapter_cites_its_paper_and_every_method_its_tables_train():
     for name, chapter in chapters().items():
-        notebook = ROOT / "notebooks" / f"{name}.ipynb"
+        notebook = chapter.notebook
         if not notebook.exists():   # a chapter registered from outside the book
             continue
         cited = cited_in(notebook)
@@ -64,33 +64,33 @@ def test_every_registered_chapter_is_executed_by_the_manifest_and_listed_in_the_
     manifest = build.read_manifest("book/experiments.yml")
     pages = {Path(e["notebook"]).stem: e["configurations"] for e in manifest["chapters"]}
     toc = [c["file"] for c in yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())["chapters"]]
-    book = [name for name in chapters() if (ROOT / "notebooks" / f"{name}.ipynb").exists()]
-    assert book == list(chapters())   # every built-in chapter has its notebook
+    book = [name for name, c in chapters().items() if c.notebook.exists()]
+    assert book == list(chapters())   # every built-in chapter has its notebook, in its folder
+    assert all(c.notebook == ROOT / "notebooks" / name / f"{name}.ipynb" for name, c in chapters().items())
     assert list(pages)[:len(book)] == book and list(pages)[-1] == "results"   # the overview reads them: last
     for name in book:
         assert set(pages[name]) >= {"ci", "book", "paper"}, name
         assert pages[name]["book"]["output"] == f"book/chapters/{name}.ipynb" and f"chapters/{name}" in toc, name
     assert pages["fedgpa"]["book"]["parameters"] == {"scale": "book", "settings": [1, 2]}   # the manifest's own
-    assert pages["fedpcl"]["ci"] == {"output": "notebooks/fedpcl.ipynb", "parameters": {"scale": "ci"}}
+    assert pages["fedpcl"]["ci"] == {"output": "notebooks/fedpcl/fedpcl.ipynb", "parameters": {"scale": "ci"}}
     assert [f for f in toc if f.removeprefix("chapters/") in book] == [f"chapters/{n}" for n in book]
     assert build.synced_toc(ROOT / "book", manifest) == (ROOT / "book" / "_toc.yml").read_text()
 
 
 def test_a_registered_chapter_with_a_notebook_gets_its_page_without_an_edit(tmp_path, monkeypatch):
-    """A sixth chapter registered in the package with its notebook: the manifest executes it at the three scales
-    before the overview, and the table of contents the builder writes lists it in the registry's order."""
+    """A sixth chapter registered with its notebook: the manifest executes it at the three scales before the
+    overview, and the table of contents the builder writes lists it in the registry's order (among the papers)."""
     from fedlib.studies import registry
 
     build = book_builder()
-    (tmp_path / "notebooks").mkdir()
-    for name in [*chapters(), "sixth"]:
-        (tmp_path / "notebooks" / f"{name}.ipynb").write_text("{}")
     (tmp_path / "book" / "chapters").mkdir(parents=True)
     (tmp_path / "book" / "_toc.yml").write_text((ROOT / "book" / "_toc.yml").read_text())
     (tmp_path / "book" / "experiments.yml").write_text((ROOT / "book" / "experiments.yml").read_text())
     monkeypatch.setattr(build, "ROOT", tmp_path)
     monkeypatch.setattr(registry, "CHAPTERS", dict(registry.chapters()))
     registry.CHAPTERS["sixth"] = registry.Chapter("sixth", "Sixth paper", "sixth")   # the default place: a paper's
+    monkeypatch.setattr(build, "chapter_notebooks", lambda: {name: f"notebooks/{name}/{name}.ipynb"
+                                                             for name in registry.chapters()})
     manifest = build.read_manifest("book/experiments.yml")
     order = [Path(c["notebook"]).stem for c in manifest["chapters"]]
     assert order == ["fedgpa", "fedpcl", "fedprp", "fedmate", "pfedcspc", "sixth", "compare", "results"]

@@ -24,7 +24,8 @@ def test_the_check_finds_a_stated_budget():
     assert not budget_sentences("At `book` scale the set-up prints the budget; the paper trains 100 rounds.")
 
 
-@pytest.mark.parametrize("notebook", sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")))
+@pytest.mark.parametrize("notebook", sorted(str(p.relative_to(ROOT / "notebooks"))
+                                             for p in (ROOT / "notebooks").rglob("*.ipynb")))
 def test_no_chapter_states_a_book_scale_budget_in_prose(notebook):
     cells = json.loads((ROOT / "notebooks" / notebook).read_text())["cells"]
     found = [s for c in cells if c["cell_type"] == "markdown" for s in budget_sentences("".join(c["source"]))]
@@ -69,12 +70,14 @@ def test_the_quick_start_lists_every_registered_chapter_with_its_notebooks_param
     ext = book_extension()
     text = ext.chapter_list().astext()
     for name, chapter in chapters().items():
-        assert f"{chapter.title}: notebooks/{name}.ipynb; parameters scale, " in text
-    assert "Five methods side by side: notebooks/compare.ipynb; parameters scale, device, executor" in text
-    assert "FedGPA: notebooks/fedgpa.ipynb; parameters scale, settings, s_values, methods, device, executor" in text
+        assert f"{chapter.title}: notebooks/{name}/{name}.ipynb; parameters scale, " in text
+    assert "Five methods side by side: notebooks/compare/compare.ipynb; parameters scale, device, executor" in text
+    assert ("FedGPA: notebooks/fedgpa/fedgpa.ipynb; parameters scale, settings, s_values, methods, device, executor"
+            in text)
 
 
-@pytest.mark.parametrize("notebook", sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")))
+@pytest.mark.parametrize("notebook", sorted(str(p.relative_to(ROOT / "notebooks"))
+                                             for p in (ROOT / "notebooks").rglob("*.ipynb")))
 def test_every_figure_has_a_caption_of_its_own(notebook):
     """In the committed (executed) notebooks every cell that draws a figure is followed by a caption, a markdown cell
     that starts with "*Figure.*" and says in at least eight words what the figure shows."""
@@ -90,7 +93,8 @@ def test_every_figure_has_a_caption_of_its_own(notebook):
     assert not missing, f"{notebook}: figures without a caption: {missing}"
 
 
-@pytest.mark.parametrize("notebook", sorted(p.name for p in (ROOT / "notebooks").glob("*.ipynb")))
+@pytest.mark.parametrize("notebook", sorted(str(p.relative_to(ROOT / "notebooks"))
+                                             for p in (ROOT / "notebooks").rglob("*.ipynb")))
 def test_every_accuracy_table_states_the_floor_of_a_trivial_predictor(notebook):
     """Every results table of the committed (executed) notebooks with accuracy cells of ours ("mean ± std (n=k)"),
     or with two-decimal cells under a provenance line that names the test set they were read on (a table of costs

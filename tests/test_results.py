@@ -457,16 +457,29 @@ def test_fedmate_claims_against_hand_made_results():
               (cell, "Backbone"): recs([50, 50.2, 50.1]), (cell, "+MPS+CFT"): recs([55, 56, 55.5]),
               (cell, "+CCI+CCF"): recs([57, 58, 57.2])}
     table2 = {("fmnist", "fedrep"): recs([71, 70, 72], "personal_local_acc"),
-              ("fmnist", "fedmate"): recs([70, 69, 71], "personal_local_acc")}
+              ("fmnist", "fedmate"): recs([70, 69, 71], "personal_local_acc"),
+              ("fmnist", "fedpac"): recs([69, 68.5, 70], "personal_local_acc")}
+    # FedPAC's code readings against fedlib's FedPAC (Table 2's cell): statistics before training +0.1, 0, +0.05
+    # (mean 0.05, bounds 0.05 -+ 2.92 x 0.029: inside +-0.25, equivalent); the head rate and both +1.0, +1.1, +0.9
+    # (lower bound 1.0 - 2.92 x 0.058 = 0.83 > 0.25: a material difference), so the hypothesis does not hold
+    readings = {("fmnist", "statistics before training"): recs([69.1, 68.5, 70.05], "personal_local_acc"),
+                ("fmnist", "head rate 0.1"): recs([70, 69.6, 70.9], "personal_local_acc"),
+                ("fmnist", "as its code"): recs([70, 69.6, 70.9], "personal_local_acc")}
     repeat = {("fedmate", 0.1): recs([60, 61, 60]), ("fedmate", 0.5): recs([58, 60, 59]),
               ("fedpac", 0.1): recs([60, 60, 61]), ("fedpac", 0.5): recs([55, 60, 57])}
     cft = {"with": recs([60, 62, 61], uploaded_per_client=100),
            "without": recs([60.5, 62.5, 61.5], uploaded_per_client=200)}
-    runs = {"table1": table1, "table2": table2, "repeat": repeat, "communication": cft}
+    runs = {"table1": table1, "table2": table2, "repeat": repeat, "communication": cft,
+            fedmate.PAC_TABLE: readings}
     found = outcomes("fedmate", runs)
     assert found == {"generalizes_best": "holds", "fedproto_15_below": "not checked",   # FedProto not in the table
                      "adapts_best": "does not hold", "modules_add": "holds",   # FedMate 10 points above Backbone
-                     "robust_to_repeats": "inconclusive", "cft_saves": "holds"}
+                     "robust_to_repeats": "inconclusive", "cft_saves": "holds",
+                     "fedpac_as_its_code": "not checked"}   # a check of the baseline at reference scale only
+    from fedlib.studies.registry import study
+
+    at_reference = {a.claim.id: a for a in study("fedmate").assess("reference", runs)}
+    assert at_reference["fedpac_as_its_code"].outcome == "does not hold"
     robust = next(c for c in fedmate.CLAIMS if c.id == "robust_to_repeats")
     pac = next(c for c in robust.compare if "FedPAC" in c.label)
     assert differences(pac, runs) == pytest.approx({0: 3.0, 1: -1.0, 2: 3.0})

@@ -333,10 +333,10 @@ def test_a_typo_in_a_notebook_parameter_names_the_notebook_and_the_parameter(tmp
     output = Path("reproduced") / f"typo-{tmp_path.name}.ipynb"   # outputs lie inside the repository
     manifest = tmp_path / "experiments.yml"
     manifest.write_text(json.dumps({"build": ["book"], "chapters": [{
-        "notebook": "notebooks/fedgpa.ipynb",
+        "notebook": "notebooks/fedgpa/fedgpa.ipynb",
         "configurations": {"book": {"output": str(output), "parameters": {"scael": "book"}}}}]}))
-    with pytest.raises(ConfigError, match=r"notebooks/fedgpa.ipynb \[book\] parameter scael='book' is not allowed: "
-                                          r"a parameter of fedgpa.ipynb: scale, "):
+    with pytest.raises(ConfigError, match=r"notebooks/fedgpa/fedgpa.ipynb \[book\] parameter scael='book' is not "
+                                          r"allowed: a parameter of fedgpa.ipynb: scale, "):
         book_builder().build_book(str(manifest), build=False)
     assert not (book_builder().ROOT / output).exists()
 
@@ -733,41 +733,43 @@ BOOK_BAD = [
     ("", "the whole file='NoneType' is not allowed"),
     ("chapters: []\n", "build=None is not allowed: a list of configuration names"),
     ("build: [book]\nchapters: []\n", "chapters=[] is not allowed"),
-    ("build: [book]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+    ("build: [book]\nchapters:\n  - notebook: notebooks/fedgpa/fedgpa.ipynb\n    configurations:\n"
      "      book: {parameters: {scale: book}}\n", "[book] output=None is not allowed: a notebook path"),
-    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa/fedgpa.ipynb\n    configurations:\n"
      "      x: {output: o.ipynb, parameters: {scale: 5}}\n", "parameter scale=5 is not allowed: a str like its"),
     ("build: [x]\nchapters:\n  - notebook: notebooks/nosuch.ipynb\n    configurations:\n"
      "      x: {output: o.ipynb}\n", "notebook='notebooks/nosuch.ipynb' is not allowed"),
     ("build: [book\n", "valid YAML (line 2"),
     ("build: [book]\nregistered: yes please\nchapters: []\n", "registered='yes please' is not allowed: true or false"),
-    ("build: [book]\nregistered: true\nchapters: notebooks/fedgpa.ipynb\n", "chapters='notebooks/fedgpa.ipynb' is not"),
+    ("build: [book]\nregistered: true\nchapters: notebooks/fedgpa/fedgpa.ipynb\n",
+     "chapters='notebooks/fedgpa/fedgpa.ipynb' is not"),
     # issue 39, beyond its list: a manifest names notebooks to run and files to write, both inside the repository
     ("build: [x]\nchapters:\n  - notebook: ../../tmp/evil.ipynb\n    configurations:\n"
      "      x: {output: o.ipynb}\n", "notebook='../../tmp/evil.ipynb' is not allowed: a notebook path inside the"),
-    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa/fedgpa.ipynb\n    configurations:\n"
      "      x: {output: /tmp/elsewhere.ipynb}\n", "output='/tmp/elsewhere.ipynb' is not allowed: a path inside"),
-    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa/fedgpa.ipynb\n    configurations:\n"
      "      x: {output: notebooks/../../out.ipynb}\n", "output='notebooks/../../out.ipynb' is not allowed"),
     # issue 67: an output that is another chapter's committed notebook would be overwritten
-    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
-     "      x: {output: notebooks/fedpcl.ipynb}\n  - notebook: notebooks/fedpcl.ipynb\n    configurations:\n"
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa/fedgpa.ipynb\n    configurations:\n"
+     "      x: {output: notebooks/fedpcl/fedpcl.ipynb}\n  - notebook: notebooks/fedpcl/fedpcl.ipynb\n"
+     "    configurations:\n"
      "      y: {output: o.ipynb}\n", "not another chapter's notebook"),
     # issue 67: papermill parameters of an allowed type but not an allowed value ran (at the default, or with s = 80's
     # paper column beside s = 0), or failed deep in a cell
-    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa/fedgpa.ipynb\n    configurations:\n"
      "      x: {output: o.ipynb, parameters: {scale: nonsense}}\n",
      "parameter scale='nonsense' is not allowed: one of ci, book, reference, paper"),
-    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa/fedgpa.ipynb\n    configurations:\n"
      "      x: {output: o.ipynb, parameters: {s_values: [0, 20.5]}}\n",
      "parameter s_values=[0, 20.5] is not allowed: a list of 20, 80"),
-    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa/fedgpa.ipynb\n    configurations:\n"
      "      x: {output: o.ipynb, parameters: {methods: fedavg}}\n",
      "parameter methods='fedavg' is not allowed: a list"),
-    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa.ipynb\n    configurations:\n"
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedgpa/fedgpa.ipynb\n    configurations:\n"
      "      x: {output: o.ipynb, parameters: {settings: [7]}}\n",
      "parameter settings=[7] is not allowed: a list of 1, 2"),
-    ("build: [x]\nchapters:\n  - notebook: notebooks/fedmate.ipynb\n    configurations:\n"
+    ("build: [x]\nchapters:\n  - notebook: notebooks/fedmate/fedmate.ipynb\n    configurations:\n"
      "      x: {output: o.ipynb, parameters: {executor: threads}}\n", "parameter executor='threads' is not allowed"),
 ]
 

@@ -45,18 +45,17 @@ def notebook_parameters(path: Path) -> list[str]:
 
 
 def chapter_list() -> nodes.bullet_list:
-    """- **title**: `notebooks/<name>.ipynb`; parameters `scale`, ... per registered chapter."""
+    """- **title**: `notebooks/<name>/<name>.ipynb`; parameters `scale`, ... per registered chapter."""
     from fedlib.studies.registry import chapters
 
     items = nodes.bullet_list()
     for name, chapter in chapters().items():
-        notebook = f"notebooks/{name}.ipynb"
         para = nodes.paragraph()
         para += nodes.strong(text=chapter.title)
         para += nodes.Text(": ")
-        para += nodes.literal(text=notebook)
+        para += nodes.literal(text=str(chapter.notebook.relative_to(ROOT)))
         para += nodes.Text("; parameters ")
-        for i, param in enumerate(notebook_parameters(ROOT / notebook)):
+        for i, param in enumerate(notebook_parameters(chapter.notebook)):
             if i:
                 para += nodes.Text(", ")
             para += nodes.literal(text=param)

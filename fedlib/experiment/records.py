@@ -26,17 +26,18 @@ from fedlib.experiment.config import Config
 @functools.lru_cache(maxsize=1)
 def code_version() -> str:
     """fedlib's version and the git commit of the code this process runs, read once (a commit made while a
-    long grid runs does not relabel its later records), with "+changes" where fedlib's files differ from
-    it; FEDLIB_CODE_VERSION names the commit where the checkout has no .git (a copy of the working tree
-    sent to another machine)."""
+    long grid runs does not relabel its later records), with "+changes" where fedlib's files (or the chapters' study
+    modules) differ from it; FEDLIB_CODE_VERSION names the commit where the checkout has no .git (a copy of the
+    working tree sent to another machine)."""
     if os.environ.get("FEDLIB_CODE_VERSION"):
         return f"fedlib {fedlib.__version__} ({os.environ['FEDLIB_CODE_VERSION']})"
     here = Path(__file__).parents[1]   # fedlib/
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=here, capture_output=True, text=True,
                              timeout=5).stdout.strip()
-        changed = rev and subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=here, capture_output=True,
-                                         text=True, timeout=5).stdout.strip()
+        changed = rev and subprocess.run(["git", "status", "--porcelain", "--", ".", "../notebooks/*.py"], cwd=here,
+                                         capture_output=True, text=True, timeout=5).stdout.strip()   # the chapters'
+        # study modules beside their notebooks too
     except (OSError, subprocess.SubprocessError):
         rev, changed = "", ""
     return f"fedlib {fedlib.__version__}" + (f" ({rev}{'+changes' if changed else ''})" if rev else "")

@@ -5,7 +5,8 @@ grids, rows, plots and claims) and declares itself at its end:
 
 which checks the ``CONTRACT`` and returns its ``Chapter``: the behaviour every chapter shares, written once (its
 budget per scale, its hyperparameter table, its paper-scale grid, the notebook's closing verdict box), in front of
-the module's own names. ``chapters()`` discovers the study modules of ``fedlib.studies`` (no list of them is kept)
+the module's own names. ``chapters()`` discovers the study modules of ``fedlib.studies`` and of the chapters' folders
+that package mounts (``notebooks/<paper>/``; no list of them is kept)
 and orders them by their place; everything that lists chapters (the Results overview, the book's manifest and table
 of contents, the command line's ``records`` and ``tune``, the benchmarks, the tests) reads it. A sixth paper adds
 its study module and its notebook (``fedlib.studies.template``); outside the package, it imports the module before
@@ -15,6 +16,7 @@ from __future__ import annotations
 import importlib
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 
 from fedlib.errors import check
@@ -55,6 +57,11 @@ class Chapter:
     @property
     def study(self) -> ModuleType:
         return importlib.import_module(self.module)
+
+    @property
+    def notebook(self) -> Path:
+        """The chapter's notebook: beside its study module, named like it (``notebooks/<paper>/<paper>.ipynb``)."""
+        return Path(str(self.study.__file__)).with_suffix(".ipynb")
 
     def __getattr__(self, attr: str):
         if attr.startswith("__"):
@@ -401,17 +408,20 @@ def register_chapter(module: str, title: str, place: int = PAPER_PLACE) -> Chapt
 
 
 def package_chapters() -> list[str]:
-    """The modules of ``fedlib.studies`` that register a chapter: a line of their source starts with the call (read as
-    text, so that discovering them imports nothing else)."""
+    """The modules of ``fedlib.studies`` (the chapters' folders included) that register a chapter: a line of their
+    source starts with the call (read as text, so that discovering them imports nothing else)."""
     import pkgutil
     import re
     from pathlib import Path
 
     import fedlib.studies as package
 
-    return [f"{package.__name__}.{m.name}" for m in pkgutil.iter_modules(package.__path__)
-            if re.search(r"^register_chapter\(__name__", (Path(package.__path__[0]) / f"{m.name}.py").read_text(),
-                         re.M)]
+    found = []
+    for m in pkgutil.iter_modules(package.__path__):
+        source = Path(getattr(m.module_finder, "path", "")) / f"{m.name}.py"
+        if source.is_file() and re.search(r"^register_chapter\(__name__", source.read_text(), re.M):
+            found.append(f"{package.__name__}.{m.name}")
+    return found
 
 
 def chapters() -> dict[str, Chapter]:

@@ -1,7 +1,7 @@
 """A new chapter's notebook, written from the skeleton every chapter shares:
 
     from fedlib.studies import template
-    template.write("mypaper", "MyPaper", "notebooks/mypaper.ipynb")
+    template.write("mypaper", "MyPaper", "notebooks/mypaper/mypaper.ipynb")
 
 Each shared part is one call (set-up and status box, the evaluation protocol, the training settings, the headline
 table, the paper-scale records, the verdict box); between them the author writes what the paper
@@ -56,7 +56,8 @@ CELLS = [
 def notebook(name: str, title: str, outside: bool = False):
     """The notebook of chapter ``name`` (titled ``title``) from ``CELLS``; ``outside``: its study module is the
     module ``name`` beside the notebook (papermill runs a notebook in its folder), which the set-up imports to
-    register it; otherwise it is ``fedlib.studies.<name>``, which the registry imports."""
+    register it; otherwise it is ``fedlib.studies.<name>`` (``notebooks/<name>/<name>.py`` of the checkout), which
+    the registry imports."""
     import nbformat
 
     nb = nbformat.v4.new_notebook()
