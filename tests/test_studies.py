@@ -485,21 +485,21 @@ def test_fedgpa_says_why_fedprox_equals_fedavg_from_the_runs():
 
 
 def test_fedpcl_collapse_explanation_is_stated_only_where_the_records_support_it():
-    from fedlib.studies import fedpcl
+    from fedlib.studies import fedpcl_readings
     from fedlib.studies.report import Measured
 
     def row(label, last, share, seeds=3):
-        return {"variant": fedpcl.READING_LABELS[label], "seeds": seeds, "last": Measured(last, 1.0, seeds),
+        return {"variant": fedpcl_readings.READING_LABELS[label], "seeds": seeds, "last": Measured(last, 1.0, seeds),
                 "best": 65.0, "best at round": 10, "predicted as class 0 (%)": share}
 
-    supported = fedpcl.collapse_reading([row("pcl", 45.95, 45.4), row("pcl_no_relu", 74.48, 10.5, 2)])
+    supported = fedpcl_readings.collapse_reading([row("pcl", 45.95, 45.4), row("pcl_no_relu", 74.48, 10.5, 2)])
     assert supported[0] == ("as printed: L_g + L_p (Eq. 10): 45.95 at the last round (3 seeds), best 65.00 at round "
                             "10; 45.4% of the test images predicted as class 0")
     assert supported[-1].startswith("the records support the dead-ReLU explanation: as printed, 45.4% of the images")
     assert "+28.53 points higher" in supported[-1]
-    refuted = fedpcl.collapse_reading([row("pcl", 70.0, 11.0), row("pcl_no_relu", 71.0, 10.0)])
+    refuted = fedpcl_readings.collapse_reading([row("pcl", 70.0, 11.0), row("pcl_no_relu", 71.0, 10.0)])
     assert refuted[-1] == "the records do not support the dead-ReLU explanation at this scale"
-    assert fedpcl.collapse_reading([]) == ["the printed reading has no committed records yet"]
+    assert fedpcl_readings.collapse_reading([]) == ["the printed reading has no committed records yet"]
 
 
 def test_fedprp_reads_its_claims_from_committed_records_over_the_last_two_evaluations(monkeypatch, tmp_path):
@@ -629,7 +629,7 @@ def test_fedpcls_official_regime_is_table2_with_100_training_images_per_domain()
     """The official code's regime: every cell of Table 2 and of the reading check again with 10 images per class
     per client (feature shift: 100 per domain), keys of their own; the 2,000-image grid keeps its keys, so its
     committed records stay current. The reading check in that regime has no Table 6 rows (never recorded there)."""
-    from fedlib.studies import fedpcl
+    from fedlib.studies import fedpcl, fedpcl_readings
 
     ours = fedpcl.table2_grid("paper", seeds=fedpcl.PAPER_CHECK_SEEDS)   # the seeds the regimes share
     few = fedpcl.table2_grid("paper", fedpcl.FEW_SHOT)
@@ -641,8 +641,8 @@ def test_fedpcls_official_regime_is_table2_with_100_training_images_per_domain()
         [c.data_options for cs in ours.values() for c in cs]
     tables = fedpcl.tables("paper")
     assert tables["table2_few_shot"].keys() == few.keys() and "reading_few_shot" in tables
-    rows, _ = fedpcl.reading_check(fedpcl.FEW_SHOT)
-    assert [r["variant"] for r in rows] == [fedpcl.READING_LABELS[name] for name in fedpcl.READINGS]
+    rows, _ = fedpcl_readings.reading_check(fedpcl.FEW_SHOT)
+    assert [r["variant"] for r in rows] == [fedpcl_readings.READING_LABELS[name] for name in fedpcl.READINGS]
 
 
 def write_fedpcl_records(configs, acc: float, root) -> None:
@@ -661,7 +661,7 @@ def test_fedpcls_table2_second_look_leaves_the_checks_paired_on_the_first_three_
     official-head comparison reads Table 2's linear head on those seeds only: made-up records at 60 % on seeds 0-2
     and 10 % on seeds 3-4 give the 0-2 mean."""
     from fedlib import results
-    from fedlib.studies import fedpcl
+    from fedlib.studies import fedpcl, fedpcl_readings
 
     tables = fedpcl.tables("paper")
     assert {c.seed for cs in tables["table2"].values() for c in cs} == {0, 1, 2, 3, 4}
@@ -681,10 +681,11 @@ def test_fedpcls_table2_second_look_leaves_the_checks_paired_on_the_first_three_
         write(configs, 0.40)
         write([c for c in tables["table2"][cell] if c.seed < 3], 0.60)
         write([c for c in tables["table2"][cell] if c.seed >= 3], 0.10)
-    assert fedpcl.official_head_lines()[0].startswith(
+    assert fedpcl_readings.official_head_lines()[0].startswith(
         "2000 images per domain: with the official classifier Solo and FedAvg score 20.00 to 20.00 points below the "
         "linear head (4 cells)")
-    assert {m: len(recs) for m, recs in fedpcl.table2_baselines(None)["m"].items()} == {"fedavg": 3, "local": 3}
+    baselines = fedpcl_readings.table2_baselines(None)["m"]
+    assert {m: len(recs) for m, recs in baselines.items()} == {"fedavg": 3, "local": 3}
 
 
 def test_fedpcl_says_from_its_records_what_the_official_classifier_costs_the_baselines(monkeypatch, tmp_path):
@@ -692,7 +693,7 @@ def test_fedpcl_says_from_its_records_what_the_official_classifier_costs_the_bas
     classifier (20 points lost in every cell), FedPCL at 58 %: it trails the best baseline under the linear head and
     leads it under the official one."""
     from fedlib import results
-    from fedlib.studies import fedpcl
+    from fedlib.studies import fedpcl, fedpcl_readings
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
 
@@ -703,7 +704,7 @@ def test_fedpcl_says_from_its_records_what_the_official_classifier_costs_the_bas
         write(configs, 0.40)
         write(linear[cell], 0.60)
     write(linear[("m", "fedpcl")], 0.58)
-    lines = fedpcl.official_head_lines()
+    lines = fedpcl_readings.official_head_lines()
     assert lines == ["the official regime (100 per domain): with the official classifier Solo and FedAvg score 20.00 "
                      "to 20.00 points below the linear head (4 cells); FedPCL (as printed, three backbones) 58.00 "
                      "against the best of them: 60.00 (Solo, linear head), 40.00 (Solo, official head)"]
@@ -753,7 +754,7 @@ def test_accuracy_plots_on_local_tests_draw_the_majority_floor():
 
 
 def test_fedpcl_collapse_grid_and_its_sentences_from_made_up_records():
-    from fedlib.studies import fedpcl
+    from fedlib.studies import fedpcl, fedpcl_readings
 
     grid = fedpcl.collapse_grid("paper")
     assert set(grid) == set(fedpcl.READINGS)
@@ -770,7 +771,7 @@ def test_fedpcl_collapse_grid_and_its_sentences_from_made_up_records():
                              "personal_local_zero_embedding_share": d}
                             for t, a, c, d in zip((2, 4, 6), acc, class0, dead)]}
 
-    lines = fedpcl.collapse_lines({"as printed": [record((0.7, 0.6, 0.5), (0.1, 0.3, 0.4), (0.0, 0.3, 0.2)),
+    lines = fedpcl_readings.collapse_lines({"as printed": [record((0.7, 0.6, 0.5), (0.1, 0.3, 0.4), (0.0, 0.3, 0.2)),
                                                   record((0.7, 0.6, 0.3), (0.1, 0.3, 0.6), (0.0, 0.5, 0.4))]})
     assert lines == ["as printed (2 seeds): from round 2 to 6 accuracy 70.00 -> 40.00, predicted as class 0 "
                      "10.0% -> 50.0%, all-zero embeddings 0.0% -> 30.0% (peak 40.0% at round 4)"]
@@ -785,7 +786,7 @@ def test_fedpcl_readings_per_regime_against_the_best_baseline_and_why_solo_is_ha
     from scipy import stats
 
     from fedlib import results
-    from fedlib.studies import fedpcl
+    from fedlib.studies import fedpcl, fedpcl_readings
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     def confusion(acc: int) -> list:
@@ -805,24 +806,24 @@ def test_fedpcl_readings_per_regime_against_the_best_baseline_and_why_solo_is_ha
     write(table2[("m", "fedavg")], [50, 50, 50])
     write(readings["pcl_infonce"], [61, 64, 64])
     write(readings["pcl_official"], [65, 67, 69])
-    cells = fedpcl.reading_regime_cells()
-    rows, records = fedpcl.reading_regime_rows(cells)
+    cells = fedpcl_readings.reading_regime_cells()
+    rows, records = fedpcl_readings.reading_regime_rows(cells)
     by = {(r["regime"], r["BB"], r["reading"]): r for r in rows}
-    official = by[("100 per domain (official)", "m", fedpcl.READING_LABELS["pcl_official"])]
-    infonce = by[("100 per domain (official)", "m", fedpcl.READING_LABELS["pcl_infonce"])]
+    official = by[("100 per domain (official)", "m", fedpcl_readings.READING_LABELS["pcl_official"])]
+    infonce = by[("100 per domain (official)", "m", fedpcl_readings.READING_LABELS["pcl_infonce"])]
     half = stats.t.ppf(0.975, 2) * 1 / np.sqrt(3)
     assert infonce["FedPCL - best baseline"] == "+1.00" and infonce["95% CI"] == f"[{1 - half:+.2f}, {1 + half:+.2f}]"
     assert official["FedPCL - best baseline"] == "+5.00" and official["95% CI"] == "[+5.00, +5.00]"
     assert official["best baseline (%)"].startswith("Solo 62.00") and official["predicted as class 0 (%)"] == "10.0"
     assert len(records) == 12
-    lines = fedpcl.reading_regime_lines(cells)
+    lines = fedpcl_readings.reading_regime_lines(cells)
     assert lines[0] == "2,000 per domain: not recorded yet"
     assert lines[1].startswith("100 per domain (official): of 2 cells (reading x backbone set) FedPCL is ahead of the "
                                "best baseline in 1, behind in 0 and within the interval in 1")
     assert "the official code's loss and prediction (ConLoss), m, +5.00 points" in lines[1]
     assert lines[2] == f"the paper (Digit-5, Table 2) puts FedPCL above its best baseline: {52.83 - 51.93:+.2f} over " \
                        f"FedProto (s), {55.34 - 54.71:+.2f} over FedProto (m)"
-    (solo,) = fedpcl.solo_lines()
+    (solo,) = fedpcl_readings.solo_lines()
     half = stats.t.ppf(0.975, 2) * 2 / np.sqrt(3)
     assert solo.startswith(f"100 per domain (official), m: Solo +12.00 points over FedAvg (95% CI [{12 - half:+.2f}, "
                            f"{12 + half:+.2f}])")
@@ -832,7 +833,7 @@ def test_fedpcl_readings_per_regime_against_the_best_baseline_and_why_solo_is_ha
 def test_fedpcls_reading_prose_states_what_the_committed_records_and_the_paper_say():
     """The FedPCL chapter's 'How to read it' and 'What remains unexplained' paragraphs state directions and sizes;
     each is checked here against the committed paper-scale records and the paper's Table 2."""
-    from fedlib.studies import fedpcl
+    from fedlib.studies import fedpcl, fedpcl_readings
 
     paper = {m: {bb: fedpcl.PAPER_T2[m][bb][3] for bb in "sm"} for m in fedpcl.METHODS}
     for bb in "sm":   # the paper: 0.63-0.90 over FedProto, 7-10 over Solo, 8.5-8.8 over FedAvg; Solo within 2 of FedAvg
@@ -841,9 +842,9 @@ def test_fedpcls_reading_prose_states_what_the_committed_records_and_the_paper_s
         assert 8.5 <= paper["fedpcl"][bb] - paper["fedavg"][bb] <= 8.8
         assert abs(paper["local"][bb] - paper["fedavg"][bb]) <= 2
         assert 6 <= min(paper["fedproto"][bb], paper["fedpcl"][bb]) - paper["local"][bb] <= 10
-    rows, _ = fedpcl.reading_regime_rows(fedpcl.reading_regime_cells())
+    rows, _ = fedpcl_readings.reading_regime_rows(fedpcl_readings.reading_regime_cells())
     own, official = fedpcl.REGIMES
-    printed = fedpcl.READING_LABELS["pcl"]
+    printed = fedpcl_readings.READING_LABELS["pcl"]
     recorded = [r for r in rows if r["seeds"]]
     for r in recorded:
         share = float(r["predicted as class 0 (%)"])
@@ -852,7 +853,7 @@ def test_fedpcls_reading_prose_states_what_the_committed_records_and_the_paper_s
         elif r["regime"] == own:   # every reading without the collapse within 3 points of the best baseline
             assert abs(float(r["FedPCL - best baseline"])) <= 3
     assert sum(r["best baseline (%)"].startswith("Solo") for r in recorded) > len(recorded) / 2
-    solo = fedpcl.solo_lines()
+    solo = fedpcl_readings.solo_lines()
     assert len(solo) == 4   # Solo ahead of FedAvg (interval above 0) and level with the best other baseline
     for line in solo:
         over_fedavg, over_best = [part.split("[")[1].split("]")[0] for part in line.split("(95% CI ")[1:]]
