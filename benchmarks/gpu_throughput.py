@@ -156,7 +156,7 @@ def grid_work(chapter: str, scale: str = "paper") -> tuple[int, int, float, int]
     from fedlib.studies.registry import study as chapter_study
 
     study = chapter_study(chapter)
-    configs = recording_order(study.tables(scale))
+    configs = recording_order(study.declared.tables(scale))
     flops, loaded = {}, {}
     samples = total = evals = 0
     for cfg in configs:

@@ -320,7 +320,7 @@ def cmd_records(args) -> int:
     check(args.max_runs is None or args.max_runs >= 1, "--max-runs", args.max_runs, "a positive number of runs")
     check(args.deadline is None or (math.isfinite(args.deadline) and args.deadline > 0), "--deadline", args.deadline,
           "a positive number of seconds")
-    configs = recording_order(study.tables(args.scale), args.seeds, args.tables, precision=args.precision)
+    configs = recording_order(study.declared.tables(args.scale), args.seeds, args.tables, precision=args.precision)
     from fedlib import results
 
     check_writable_folder(results.RESULTS / args.chapter, "the committed records' folder")   # before any training
@@ -358,10 +358,12 @@ def cmd_timing(args) -> int:
     from fedlib.studies import timing
     from fedlib.studies.registry import chapters
 
-    timed = [name for name, c in chapters().items() if hasattr(c.study, "timing_runs")]
+    timed = [name for name, c in chapters().items() if c.declared.timing_runs is not None]
     check(args.chapter in timed, "chapter", args.chapter, f"a chapter with efficiency claims: {', '.join(timed)}")
     check(args.repeats >= 3, "--repeats", args.repeats, "at least 3 (the claims need three paired repetitions)")
-    configs = chapters()[args.chapter].study.timing_runs(args.device, args.executor)
+    timing_runs = chapters()[args.chapter].declared.timing_runs
+    assert timing_runs is not None   # the chapter was checked against ``timed`` above
+    configs = timing_runs(args.device, args.executor)
     answer = timing.record(args.chapter, configs, args.repeats)
     for row in timing.summary(answer):
         print("  ".join(f"{k}: {v}" for k, v in row.items()))

@@ -17,7 +17,7 @@ def test_the_template_holds_the_shared_skeleton_one_call_each():
     code = [c.source for c in nb.cells if c.cell_type == "code"]
     assert nb.cells[0].source.startswith("# My paper") and "{cite:p}`mypaper`" in nb.cells[0].source
     assert [c.metadata.get("tags") for c in nb.cells if c.cell_type == "code"][0] == ["parameters"]
-    for call in ('open_chapter("mypaper", scale, device, executor)', "study.protocol(scale)",
+    for call in ('open_chapter("mypaper", scale, device, executor)', "paper = study.paper", "paper.protocol(scale)",
                  "study.hyperparameters(scale)", "study.headline_runs(scale)", "study.show_paper_scale()",
                  "study.close({study.headline_name(scale): runs}, scale"):
         assert sum(call in c for c in code) == 1, call

@@ -194,17 +194,17 @@ def test_every_chapters_claims_are_declared_once_and_read_its_tables(chapter):
     description in ``TABLE_RUNS``; a smallest effect of interest with its reason; planned seeds."""
     claims = chapter.claims
     assert len({c.id for c in claims}) == len(claims) and len({c.summary for c in claims}) == len(claims)
-    tables = set(chapter.tables("reference")) | set(chapter.tables("paper"))
+    tables = set(chapter.declared.tables("reference")) | set(chapter.declared.tables("paper"))
     for c in claims:
-        assert set(c.tables) <= tables | set(getattr(chapter.study, "TABLE_RUNS", {})), (c.id, c.tables)
-        assert set(c.tables) <= set(chapter.TABLE_RUNS), c.id
+        assert set(c.tables) <= tables | set(chapter.declared.table_runs), (c.id, c.tables)
+        assert set(c.tables) <= set(chapter.declared.table_runs), c.id
         assert c.delta >= 0 and c.delta_reason and c.words and c.source and c.seeds
         assert c.delta > 0 or c.kind == "deterministic", c.id
         for scale in ("reference", "paper"):   # never a method against itself
-            evidence = {t: dict.fromkeys(g, []) for t, g in chapter.tables(scale).items()}
-            if hasattr(chapter.study, "views"):
-                evidence = chapter.study.views(evidence, scale)
-            for comparison in c.comparisons(evidence, chapter.LABELS):
+            evidence = {t: dict.fromkeys(g, []) for t, g in chapter.declared.tables(scale).items()}
+            if chapter.declared.views is not None:
+                evidence = chapter.declared.views(evidence, scale)
+            for comparison in c.comparisons(evidence, chapter.declared.labels):
                 assert set(comparison.plus).isdisjoint(comparison.minus), (c.id, comparison.label)
 
 
@@ -228,7 +228,7 @@ def test_every_claim_sentence_of_a_paper_is_listed_with_what_the_chapter_does_wi
     offline or what testing them needs (nothing silently absent)."""
     from fedlib.studies.claims import Sentence
 
-    inventory = chapter.INVENTORY
+    inventory = chapter.declared.inventory
     assert all(isinstance(s, Sentence) for s in inventory)
     ids = {c.id for c in chapter.claims if not c.hypothesis}
     named = {s.claim for s in inventory if s.claim}

@@ -184,10 +184,10 @@ def test_every_chapter_states_its_settings_against_the_papers_with_a_reason_for_
                 assert all(r["here"] == r["paper's protocol"] for r in rows.values())
             # the method's hyperparameters by name and value, never "defaults"
             assert rows["method hyperparameters"]["here"] != "defaults"
-        if hasattr(study, "TUNING"):
-            chosen, lr = tuning.read(chapter)["chosen"], study.reference_run("book").lr
-            assert lr == study.SCALES["book"].lr and rows_lr(study) == f"{lr:g}"
-            assert lr == chosen or study.LR_OVERRIDE   # another rate than the record's needs a stated reason
+        if study.declared.tuning is not None:
+            chosen, lr = tuning.read(chapter)["chosen"], study.declared.reference_run("book").lr
+            assert lr == study.declared.scales["book"].lr and rows_lr(study) == f"{lr:g}"
+            assert lr == chosen or study.declared.lr_override   # another rate than the record's needs a stated reason
     fedgpa = {r["setting"]: r for r in chapters()["fedgpa"].hyperparameters("paper")}
     assert fedgpa["method hyperparameters"]["here"] == "lam=0.01, mu=0.5, lga=True, gpa_f=True, gpa_c=True"
 

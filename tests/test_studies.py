@@ -104,7 +104,7 @@ def test_chapter_labels_are_the_method_classes_labels_but_where_a_paper_names_a_
            "pfedcspc": {"lg_fedavg": "LG-Fed", "fedperpp": "FedPer++ (assumed form)"}}
     for name, chapter in chapters().items():
         renamed = own.get(name, {})
-        assert {m: label for m, label in chapter.study.LABELS.items() if label != METHODS[m].label} == renamed
+        assert {m: label for m, label in chapter.declared.labels.items() if label != METHODS[m].label} == renamed
 
 
 @pytest.mark.parametrize("chapter", list(chapters()))
@@ -115,8 +115,8 @@ def test_every_chapter_has_the_same_four_scales_of_one_budget_class_and_names_th
     from fedlib.studies.grid import Scales
 
     study = chapters()[chapter]
-    assert isinstance(study.SCALES, Scales) and list(study.SCALES) == list(EXPERIMENT_SCALES)
-    assert len({type(study.scale_info(s)) for s in study.SCALES}) == 1
+    assert isinstance(study.declared.scales, Scales) and list(study.declared.scales) == list(EXPERIMENT_SCALES)
+    assert len({type(study.scale_info(s)) for s in study.declared.scales}) == 1
     with pytest.raises(ConfigError, match="ci, book, reference, paper"):
         study.scale_info("huge")
 
@@ -267,6 +267,29 @@ def test_a_chapter_missing_part_of_the_contract_is_refused_by_name(monkeypatch):
         registry.study("nosuch")
 
 
+def test_a_chapter_declares_its_names_by_kind_and_the_shared_code_reads_them_typed(monkeypatch):
+    """The declaration is read from the study module once per use, by name (functions as named, everything else in
+    upper case) and checked by kind: a list where a tuple of claims belongs, or a number where a function belongs,
+    is refused naming it; a name a chapter does not declare takes its default."""
+    import sys
+    import types
+
+    from fedlib.studies import fedgpa, registry
+
+    declared = registry.declaration_of(fedgpa)
+    assert declared.claims is fedgpa.CLAIMS and declared.tables is fedgpa.tables and declared.headline_keys == 3
+    assert declared.views is None and declared.tuning is None and declared.view_sources == {}   # not declared
+    for name, value, kind in (("CLAIMS", list(fedgpa.CLAIMS), r"CLAIMS \(tuple"), ("tables", 5, r"tables \(Callable"),
+                              ("HEADLINE_KEYS", "3", r"HEADLINE_KEYS \(int\)")):
+        mod = types.ModuleType("oddpaper")
+        for attr in (*registry.CONTRACT, "HEADLINE_KEYS"):
+            setattr(mod, attr, getattr(fedgpa, attr))
+        setattr(mod, name, value)
+        monkeypatch.setitem(sys.modules, "oddpaper", mod)
+        with pytest.raises(TypeError, match=rf"chapter oddpaper: {kind}.* is not of that kind"):
+            registry.register_chapter("oddpaper", "Odd")
+
+
 @pytest.mark.parametrize("chapter", list(chapters()))   # every registered chapter, the side-by-side page too
 def test_every_listed_claim_names_a_recorded_table_with_runs(chapter):
     from fedlib.studies.registry import study
@@ -275,8 +298,8 @@ def test_every_listed_claim_names_a_recorded_table_with_runs(chapter):
 
     mod = study(chapter)
     rows = claim_runs(mod, "reference")
-    assert len(rows) == len(mod.CLAIMS) + sum(not s.claim for s in mod.INVENTORY)
-    for claim, row in zip(mod.CLAIMS, rows):
+    assert len(rows) == len(mod.declared.claims) + sum(not s.claim for s in mod.declared.inventory)
+    for claim, row in zip(mod.declared.claims, rows):
         if set(claim.tables) == {TIMED}:   # measured side by side (python -m fedlib timing), not trained
             assert row["runs"] == "-"
         else:   # every seed of the first three, and any added after them
@@ -342,7 +365,7 @@ def test_a_chapters_recorded_tables_render_the_committed_records_and_a_dash_wher
     assert rows["pFedCSPC"]["FMNIST Global"] == "-" and "scale reference" in table.caption
     assert "Global (ACC_global)" in table.caption and "Local (I_local" in table.caption   # its two test sets
     empty = {cell: [] for cell in chapters()["fedprp"].headline_grid("reference")}
-    tables = chapters()["fedprp"].recorded_tables(empty, "reference")
+    tables = chapters()["fedprp"].declared.recorded_tables(empty, "reference")
     assert list(tables) == ["Table I", "Tables II and V", "Table III (gamma = 0.05, 20 clients, 8 a round)"]
     assert tables["Table I"][2].floor == "uniform" and "A_sel" in tables["Tables II and V"][2]
     assert all(v == "-" for rows, _, _ in tables.values() for row in rows for k, v in row.items()
@@ -356,7 +379,7 @@ def write_made_up(chapter: str, scale: str, value, root, metrics, rounds=lambda 
     from fedlib.studies.common import recording_order
     from fedlib.studies.registry import study
 
-    grids = study(chapter).tables(scale)
+    grids = study(chapter).declared.tables(scale)
     configs = recording_order({t: g for t, g in grids.items() if tables is None or t in tables})
     for cfg in configs:
         values = value(cfg) if metrics is None else dict.fromkeys(metrics, value(cfg))
@@ -727,7 +750,7 @@ def test_every_chapter_config_keeps_its_cache_key(tmp_path, monkeypatch):
     snapshot = json.loads((Path(__file__).parent / "data" / "config_keys.json").read_text())["keys"]
     for entry, expected in snapshot.items():
         name, scale = entry.split("/")
-        keys = sorted(c.key() for c in recording_order(chapters()[name].tables(scale)))
+        keys = sorted(c.key() for c in recording_order(chapters()[name].declared.tables(scale)))
         digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()
         assert expected == {"runs": len(keys), "sha256": digest}, entry
 

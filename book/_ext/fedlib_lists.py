@@ -85,7 +85,7 @@ def paper_rows() -> list[dict]:
                 (f"arXiv:{f['eprint']}", f"https://arxiv.org/abs/{f['eprint']}") if "eprint" in f else (None, None))
         title = " ".join(f["title"].replace("{", "").replace("}", "").split())
         rows.append({"chapter": chapter.title, "cite": f'{who}, "{title}", {venue} {f["year"]}', "link": link,
-                     "code": chapter.study.OFFICIAL_CODE})
+                     "code": chapter.paper.OFFICIAL_CODE})
     return rows
 
 

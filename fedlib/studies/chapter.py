@@ -30,7 +30,7 @@ def open_chapter(name: str, scale: str, device: str = "cpu", executor: str = "se
     set_runtime(device, executor)
     pd.set_option("display.width", 160)
     start_clock()
-    print(study.scale_summary(scale))
+    print(study.declared.scale_summary(scale))
     from IPython.display import HTML, display
 
     display(HTML(study.status_html(scale)))

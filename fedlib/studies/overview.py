@@ -144,6 +144,6 @@ def headline(chapter: str, summary: dict):
     from fedlib.studies.common import ResultsTable
 
     part = summary.get("headline", {})
-    keys = getattr(chapters()[chapter].study, "HEADLINE_KEYS", 1)   # leading label columns of its headline rows
+    keys = chapters()[chapter].declared.headline_keys   # leading label columns of its headline rows
     return ResultsTable(headline_table(summary), keys=keys, note=part.get("provenance", ""),
                         floors=part.get("floors"), classes=10)   # a summary without floors: every chapter has 10

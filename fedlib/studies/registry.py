@@ -15,11 +15,15 @@ from __future__ import annotations
 
 import importlib
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import ModuleType
 
 from fedlib.errors import check
+from fedlib.experiment import Config
+from fedlib.studies.claims import RECORDED, Claim, Sentence
+from fedlib.studies.grid import Scales
 
 # what every chapter's study module defines, and what the book layer reads from it
 CONTRACT = {
@@ -34,43 +38,104 @@ CONTRACT = {
     "HYPER_REASONS": "why a setting differs from the paper's",
     "LABELS": "how tables name the methods",
 }
-# what a chapter may define beside it: views(evidence, scale) (tables its claims read that are made of other tables'
-# runs; VIEW_SOURCES names the tables a view made only of others reads), DECIDING_SCALES (the recorded scales whose
-# records decide its claims, default both),
-# headline_rows(runs, scale) or recorded_tables(runs, scale) (the tables show_recorded builds from committed records),
-# REFERENCE_REASONS (why its reference scale differs from the paper's protocol beyond the rounds and epochs),
-# CONVERGENCE_METRIC (the metric its reference budget's convergence check reads),
-# TUNING (its book-scale learning rate), NOTEBOOK_PARAMETERS (what its notebook's own list parameters may hold)
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """What a chapter's study module declares, typed: the ``CONTRACT`` (every chapter) and what a chapter may add,
+    each read once from the module (``declaration_of``) under its lower-case name, so the shared behaviour reads
+    fields, never probes the module."""
+    scales: Scales
+    scale_summary: Callable[[str], str]
+    tables: Callable[[str], dict]
+    claims: tuple[Claim, ...]
+    table_runs: Mapping[str, str]
+    inventory: tuple[Sentence, ...]
+    reference_run: Callable[[str], Config]
+    protocol: Callable[[str], tuple[list[dict], str]]
+    hyper_reasons: Mapping[str, str]
+    labels: dict[str, str]
+    # what a chapter may add
+    views: Callable[[dict, str], dict] | None = None   # tables its claims read that are made of other tables' runs
+    view_sources: Mapping[str, tuple[str, ...]] = field(default_factory=dict)   # the tables a view only reads
+    deciding_scales: tuple[str, ...] = RECORDED   # the recorded scales whose records decide its claims
+    headline_rows: Callable[[dict, str], list[dict]] | None = None   # the headline table from committed records
+    recorded_tables: Callable[[dict, str], dict] | None = None   # or several tables read from the headline grid
+    headline_keys: int = 1   # label columns repeated in each part of a split headline table
+    reference_reasons: Mapping[str, str] = field(default_factory=dict)   # why reference scale differs beyond rounds
+    convergence_metric: str | None = None   # the metric its reference budget's convergence check reads
+    tuning: Mapping | None = None   # its book-scale learning rate's reference run (python -m fedlib tune)
+    config: Callable[..., Config] | None = None   # the config the tuning run is built from
+    lr_override: str = ""   # why its book-scale rate is not the tuned one
+    notebook_parameters: Mapping[str, tuple] = field(default_factory=dict)   # what its list parameters may hold
+    timing_runs: Callable[[str, str], dict] | None = None   # its efficiency claims' side-by-side timing
+
+
+def declaration_of(module: ModuleType) -> Declaration:
+    """The module's declaration; a name of the ``CONTRACT`` it lacks, or a name of the wrong kind, is one
+    TypeError naming them."""
+    missing = [f"{name} ({what})" for name, what in CONTRACT.items() if not hasattr(module, name)]
+    if missing:
+        raise TypeError(f"chapter {module.__name__} does not define {'; '.join(missing)}")
+    found = {f.name: getattr(module, declared_name(f)) for f in fields(Declaration)
+             if hasattr(module, declared_name(f))}
+    wrong = [f"{declared_name(f)} ({f.type})" for f in fields(Declaration) if f.name in found
+             and not _of_kind(str(f.type), found[f.name])]
+    if wrong:
+        raise TypeError(f"chapter {module.__name__}: {'; '.join(wrong)} is not of that kind")
+    return Declaration(**found)
+
+
+def declared_name(f) -> str:
+    """The module's name for a field of ``Declaration``: a function by its own name, anything else in upper case."""
+    return f.name if str(f.type).startswith("Callable") else f.name.upper()
+
+
+KIND_CHECKS: dict[str, Callable[[object], bool]] = {
+    "Callable": callable, "Scales": lambda v: isinstance(v, Scales), "Mapping": lambda v: isinstance(v, Mapping),
+    "dict": lambda v: isinstance(v, dict), "tuple": lambda v: isinstance(v, tuple), "int": lambda v: isinstance(v, int),
+    "str": lambda v: isinstance(v, str)}
+
+
+def _of_kind(annotation: str, value: object) -> bool:
+    """Whether ``value`` is of the kind the annotation names (its outer type; None where the annotation allows it)."""
+    if value is None:
+        return annotation.endswith("| None")
+    return KIND_CHECKS.get(annotation.split("[")[0].split(" |")[0], lambda _: True)(value)
+
+
 # a chapter's place in the book when it names none: after the papers' chapters, before the side-by-side page
 PAPER_PLACE = 50
 
 
 @dataclass(frozen=True)
 class Chapter:
-    """A registered chapter: the shared behaviour here, every other name read from its study module (so a notebook
-    writes ``study.comparison(...)`` and ``study.hyperparameters(scale)`` alike)."""
+    """A registered chapter: the behaviour every chapter shares, written once over its typed ``declared`` fields; what
+    only its paper brings is its study module, ``paper`` (a notebook writes ``study.hyperparameters(scale)`` and
+    ``paper.comparison(...)``)."""
     name: str        # the study module's last name: the chapter's notebook and results/<name>/ folder
     title: str       # how the book names it
     module: str      # the study module
     place: int = PAPER_PLACE   # its place in the book's order (ties: by name)
 
     @property
-    def study(self) -> ModuleType:
+    def paper(self) -> ModuleType:
+        """The chapter's study module: what its paper brings (its grids, tables, figures), read by its notebook."""
         return importlib.import_module(self.module)
+
+    @property
+    def declared(self) -> Declaration:
+        """What its study module declares, typed (read from the module each time: a few attributes)."""
+        return declaration_of(self.paper)
 
     @property
     def notebook(self) -> Path:
         """The chapter's notebook: beside its study module, named like it (``notebooks/<paper>/<paper>.ipynb``)."""
-        return Path(str(self.study.__file__)).with_suffix(".ipynb")
-
-    def __getattr__(self, attr: str):
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return getattr(self.study, attr)
+        return Path(str(self.paper.__file__)).with_suffix(".ipynb")
 
     def scale_info(self, scale: str) -> dict:
         """The chapter's budget at ``scale`` (an unknown scale is one ConfigError naming the known ones)."""
-        return self.study.SCALES[scale]
+        return self.declared.scales[scale]
 
     def hyperparameters(self, scale: str) -> list[dict]:
         """This page's training settings against the paper's protocol, with the reason for each difference."""
@@ -80,12 +145,12 @@ class Chapter:
 
     def headline_name(self, scale: str) -> str:
         """The headline table's name: the first of ``tables(scale)`` that is not the convergence check."""
-        return next(name for name in self.study.tables(scale) if name != "convergence")
+        return next(name for name in self.declared.tables(scale) if name != "convergence")
 
     def headline_grid(self, scale: str) -> dict:
         """The headline table's grid at ``scale`` (the first of ``tables(scale)`` that is not the convergence
         check): {cell: [configs over seeds]}."""
-        return self.study.tables(scale)[self.headline_name(scale)]
+        return self.declared.tables(scale)[self.headline_name(scale)]
 
     def paper_scale_grid(self) -> dict:
         return self.headline_grid("paper")
@@ -98,7 +163,7 @@ class Chapter:
 
     def test_sets(self, scale: str) -> str:
         """What the headline table's metrics are read on (the protocol's note)."""
-        return self.study.protocol(scale)[1].removeprefix("test sets: ")
+        return self.declared.protocol(scale)[1].removeprefix("test sets: ")
 
     def show_headline(self, rows: list[dict], runs: dict, scale: str, keys: int = 1) -> None:
         """Show the headline table with its provenance and leave it for the Results overview."""
@@ -135,13 +200,13 @@ class Chapter:
         if not found:
             return found
         runs = with_diverged(stored)   # a seed recorded as diverged: its stand-in, which the tables name
-        if hasattr(self.study, "recorded_tables"):
-            tables = self.study.recorded_tables(runs, scale)
-        elif hasattr(self.study, "headline_rows"):
-            tables = {"": (self.study.headline_rows(runs, scale), found, self.test_sets(scale))}
+        if self.declared.recorded_tables is not None:
+            tables = self.declared.recorded_tables(runs, scale)
+        elif self.declared.headline_rows is not None:
+            tables = {"": (self.declared.headline_rows(runs, scale), found, self.test_sets(scale))}
         else:
             return found
-        keys = getattr(self.study, "HEADLINE_KEYS", 1)   # label columns repeated in each part of a split table
+        keys = self.declared.headline_keys   # label columns repeated in each part of a split table
         for title, (rows, records, test_set) in tables.items():
             if title:
                 display(Markdown(f"**{title}, {scale} scale**"))
@@ -152,21 +217,21 @@ class Chapter:
         """Every method the chapter's tables train at book, reference and paper scale (what it must cite)."""
         names: dict[str, None] = {}
         for scale in ("book", "reference", "paper"):
-            for grid in self.study.tables(scale).values():
+            for grid in self.declared.tables(scale).values():
                 names.update((cfg.method, None) for configs in grid.values() for cfg in configs)
         return list(names)
 
     @property
     def claims(self) -> tuple:
-        return self.study.CLAIMS
+        return self.declared.claims
 
     def deciding_scales(self) -> tuple[str, ...]:
         """The budgets whose committed records decide its claims, longest first: paper, the reference protocol at 3x
         the rounds (where the chapter records its deciding comparisons so: tables named ``<table>@3x``), reference."""
-        from fedlib.studies.claims import LONGER, LONGER_TABLE, RECORDED
+        from fedlib.studies.claims import LONGER, LONGER_TABLE
 
-        has_longer = any(t.endswith(LONGER_TABLE) for t in self.study.tables("reference"))
-        return tuple(s for s in getattr(self.study, "DECIDING_SCALES", RECORDED) if s != LONGER or has_longer)
+        has_longer = any(t.endswith(LONGER_TABLE) for t in self.declared.tables("reference"))
+        return tuple(s for s in self.declared.deciding_scales if s != LONGER or has_longer)
 
     def evidence(self, scale: str, root=None) -> dict:
         """The committed records at budget ``scale`` of every table but the convergence check: {table: {cell:
@@ -174,7 +239,7 @@ class Chapter:
         from fedlib.studies.claims import LONGER, LONGER_TABLE, scale_of
         from fedlib.studies.grid import stored_grid
 
-        grids = self.study.tables(scale_of(scale))
+        grids = self.declared.tables(scale_of(scale))
         wanted = {t: t.removesuffix(LONGER_TABLE) for t in grids if t != "convergence"
                   and t.endswith(LONGER_TABLE) == (scale == LONGER)}
         return {name: {cell: c["records"] for cell, c in stored_grid(self.name, grids[t], root).items()}
@@ -187,24 +252,25 @@ class Chapter:
         from fedlib.studies.claims import scale_of
 
         evidence = self.evidence(scale) if runs is None else dict(runs)
-        if scale == "paper" and hasattr(self.study, "timing_runs"):   # its efficiency claims' side-by-side timing
+        if scale == "paper" and self.declared.timing_runs is not None:   # its efficiency claims' side-by-side timing
             from fedlib.studies import timing
 
             evidence[timing.TABLE] = timing.evidence(self.name)
-        return self.study.views(evidence, scale_of(scale)) if hasattr(self.study, "views") else evidence
+        views = self.declared.views
+        return views(evidence, scale_of(scale)) if views is not None else evidence
 
     def last(self, scale: str) -> int:
         """How many of the last evaluations a value is the mean of (FedPRP: the paper's last rounds)."""
         from fedlib.studies.claims import scale_of
 
-        return self.study.SCALES[scale_of(scale)].last
+        return self.declared.scales[scale_of(scale)].last
 
     def assess(self, scale: str, runs: dict | None = None, evidence: dict | None = None) -> list:
         """Every claim assessed at ``scale`` (on ``runs``, else the committed records; ``evidence``: already read)."""
         from fedlib.studies.claims import assess
 
         evidence = self.read(scale, runs) if evidence is None else evidence
-        return [assess(c, evidence, scale, self.study.LABELS, self.last(scale)) for c in self.claims]
+        return [assess(c, evidence, scale, self.declared.labels, self.last(scale)) for c in self.claims]
 
     def verdicts(self) -> list:
         """Each claim's verdict from the committed records: the longest recorded budget whose comparisons are all
@@ -221,11 +287,11 @@ class Chapter:
         out = []
         for i, c in enumerate(self.claims):
             v = with_trajectory(verdict(c, {s: found[i] for s, found in by_scale.items()}), evidence, last,
-                                self.study.LABELS)
+                                self.declared.labels)
             beside = {}
             for name, _ in c.beside:   # the claim's other forms, each at the budget that decides it
                 alt = c.alternative(name)
-                found = verdict(alt, {s: assess(alt, evidence[s], s, self.study.LABELS, last[s]) for s in scales})
+                found = verdict(alt, {s: assess(alt, evidence[s], s, self.declared.labels, last[s]) for s in scales})
                 if found.deciding is not None:
                     beside[name] = found.deciding
             v = dataclasses.replace(v, beside=beside)
@@ -274,7 +340,7 @@ class Chapter:
         from fedlib.studies.claims import LONGER, LONGER_TABLE, scale_of
         from fedlib.studies.grid import recording_order
 
-        tables = self.study.tables(scale_of(scale))
+        tables = self.declared.tables(scale_of(scale))
         grid = recording_order({t: g for t, g in tables.items() if scale != LONGER or t.endswith(LONGER_TABLE)})
         hits = results.lookup(self.name, grid)
         current = [h.record for h in hits if h is not None and not h.stale]
@@ -291,7 +357,7 @@ class Chapter:
         the first table with runs at both scales (the headline table, or the tuning grid before its choices)."""
         from fedlib.experiment.wiring import client_sizes, training_steps
 
-        tables = {s: self.study.tables(s) for s in (scale, "paper")}
+        tables = {s: self.declared.tables(s) for s in (scale, "paper")}
         name = next((n for n, g in tables[scale].items() if n != "convergence" and g and tables["paper"].get(n)), None)
         if name is None:
             return ""
@@ -319,7 +385,7 @@ class Chapter:
 
         share = {"reference": self.training_share("reference")}
         coverage = {s: self.coverage(s) for s in RECORDED_SCALES}
-        same = self.study.tables("reference") == self.study.tables("paper")   # one set of runs, counted once
+        same = self.declared.tables("reference") == self.declared.tables("paper")   # one set of runs, counted once
         if same:
             coverage = {"paper": coverage["paper"]}
             share = {"paper": "the reference scale is the paper's own protocol and budget: the same runs"}
@@ -340,20 +406,20 @@ class Chapter:
         the chapter's ``CONVERGENCE_METRIC``; empty for a chapter without a convergence check."""
         from fedlib.studies.convergence import budget_margins, convergence_clause, convergence_rows, convergence_runs
 
-        metric = getattr(self.study, "CONVERGENCE_METRIC", None)
-        grid = self.study.tables("reference").get("convergence")
+        metric = self.declared.convergence_metric
+        grid = self.declared.tables("reference").get("convergence")
         if metric is None or grid is None:
             return ""
         reference, longer = convergence_runs(self.name, grid)
-        return convergence_clause(convergence_rows(reference, longer, metric, self.study.LABELS),
+        return convergence_clause(convergence_rows(reference, longer, metric, self.declared.labels),
                                   budget_margins(reference, longer, metric))
 
     def show_convergence(self, metric: str, title: str, ylabel: str, test_set: str, local_test: bool = False):
         """The convergence section in one call (``convergence.show_convergence`` on this chapter's 3x runs)."""
         from fedlib.studies.convergence import show_convergence
 
-        tables = self.study.tables("reference")
-        return show_convergence(self.name, tables["convergence"], metric, self.study.LABELS, title, ylabel, test_set,
+        tables = self.declared.tables("reference")
+        return show_convergence(self.name, tables["convergence"], metric, self.declared.labels, title, ylabel, test_set,
                                 local_test=local_test, tables=tables)
 
     def deciding_margins(self, verdicts: list | None = None) -> list[dict]:
@@ -389,7 +455,7 @@ class Chapter:
         """What raising the reference budget to 3x its rounds would cost this chapter (``convergence.raising_text``)."""
         from fedlib.studies.convergence import raising_cost, raising_text
 
-        return raising_text(raising_cost(self.name, self.study.tables("reference")))
+        return raising_text(raising_cost(self.name, self.declared.tables("reference")))
 
 
 CHAPTERS: dict[str, Chapter] = {}
@@ -398,10 +464,7 @@ CHAPTERS: dict[str, Chapter] = {}
 def register_chapter(module: str, title: str, place: int = PAPER_PLACE) -> Chapter:
     """Register the study module ``module`` (call ``register_chapter(__name__, "Title")`` at its end; ``place``: its
     place in the book's order, ``PAPER_PLACE`` by default) after checking it defines the ``CONTRACT``."""
-    mod = sys.modules[module]
-    missing = [f"{name} ({what})" for name, what in CONTRACT.items() if not hasattr(mod, name)]
-    if missing:
-        raise TypeError(f"chapter {module} does not define {'; '.join(missing)}")
+    declaration_of(sys.modules[module])   # the contract checked now, by name and kind
     entry = Chapter(module.rsplit(".", 1)[-1], title, module, place)
     CHAPTERS[entry.name] = entry
     return entry
@@ -441,7 +504,7 @@ def study(name: str) -> Chapter:
 
 def tunable() -> list[str]:
     """The chapters whose study declares a ``TUNING`` reference run (``python -m fedlib tune``)."""
-    return [name for name, c in chapters().items() if hasattr(c.study, "TUNING")]
+    return [name for name, c in chapters().items() if c.declared.tuning is not None]
 
 
 def notebook_parameters(notebook: str) -> dict[str, tuple]:
@@ -451,5 +514,5 @@ def notebook_parameters(notebook: str) -> dict[str, tuple]:
     from fedlib.engine.executors import EXECUTORS
     from fedlib.experiment.config import SCALES
 
-    own = getattr(chapters()[notebook].study, "NOTEBOOK_PARAMETERS", {}) if notebook in chapters() else {}
+    own = chapters()[notebook].declared.notebook_parameters if notebook in chapters() else {}
     return {"scale": SCALES, "executor": ("auto", *EXECUTORS), **own}   # auto: grid.set_runtime's choice

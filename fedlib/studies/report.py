@@ -467,19 +467,20 @@ def claim_runs(study, scale: str = "reference") -> list[dict]:
     """Each claim of a chapter (its ``CLAIMS``), the tables that decide it and what they run (``TABLE_RUNS``), the
     runs at ``scale`` (cells x seeds of ``tables(scale)``), then every other claim sentence of the paper's experiments
     section (``INVENTORY``: not checkable offline, or not tested yet, with what it needs)."""
-    grids = study.tables(scale)
-    sources = getattr(study, "VIEW_SOURCES", {})   # a view's runs are its source tables' runs
+    declared = study.declared
+    grids = declared.tables(scale)
+    sources = declared.view_sources   # a view's runs are its source tables' runs
     rows = []
-    for claim in study.CLAIMS:
+    for claim in declared.claims:
         read = list(dict.fromkeys(s for t in claim.tables for s in sources.get(t, (t,)) if s in grids))
         configs = [c for t in read for configs in grids[t].values() for c in configs]
         seeds = sorted({c.seed for c in configs})
         rows.append({"claim": claim.summary,
-                     "decided by": "; ".join(f"{t}: {study.TABLE_RUNS.get(t, t)}" for t in claim.tables),
+                     "decided by": "; ".join(f"{t}: {declared.table_runs.get(t, t)}" for t in claim.tables),
                      "runs": f"{len(configs)} ({sum(len(grids[t]) for t in read)} cells x seeds {seeds})" if read
                      else "-"})   # measured, not trained (a timing record)
     return rows + [{"claim": f"“{s.words}” ({s.source})", "decided by": s.status, "runs": "-"}
-                   for s in study.INVENTORY if not s.claim]
+                   for s in declared.inventory if not s.claim]
 
 
 def coverage_text(cov: dict) -> str:

@@ -25,15 +25,16 @@ CELLS = [
     ("code", ["nbval-check-output", "hide-input"],
      "${register}from fedlib.studies.chapter import open_chapter\n"
      "from fedlib.studies.common import show_table\n\n"
-     'study, sc, show_source = open_chapter("$name", scale, device, executor)'),
+     'study, sc, show_source = open_chapter("$name", scale, device, executor)\n'
+     "paper = study.paper  # what only this paper brings: its study module"),
     ("markdown", [], "## The method, equation by equation\n\n"
                      "Each equation of the paper beside the code that computes it; where the text is ambiguous, "
                      "the reading taken and the official code's, stated."),
     ("code", [], "from fedlib.methods import METHODS\n\n"
-                 "show_source(METHODS[study.reference_run(scale).method])"),
+                 "show_source(METHODS[paper.reference_run(scale).method])"),
     ("markdown", [], "## How each method is evaluated"),
     ("code", ["nbval-check-output", "hide-input"],
-     "rows, note = study.protocol(scale)\nshow_table(rows, note=note, max_columns=5)"),
+     "rows, note = paper.protocol(scale)\nshow_table(rows, note=note, max_columns=5)"),
     ("markdown", [], "### Training settings: this page against the paper\n\n"
                      "The run the headline table is built on, at this page's scale and at paper scale, with the "
                      "reason for each difference."),
@@ -41,7 +42,7 @@ CELLS = [
     ("markdown", [], "## The headline table\n\nOurs beside the paper's numbers, at the scale printed with it."),
     ("code", ["hide-input"],
      "runs = study.headline_runs(scale)\n"
-     "rows = study.headline_rows(runs, scale)\n"
+     "rows = paper.headline_rows(runs, scale)\n"
      "study.show_headline(rows, runs, scale)"),
     ("markdown", [], "## Paper scale\n\nThe committed paper-scale records of the headline table "
                      "(`python -m fedlib records $name --scale paper` adds the rest)."),
@@ -49,7 +50,7 @@ CELLS = [
     ("markdown", [], "## Verdict\n\nEach claim of the paper as the committed records decide it, then the runs of "
                      "this page through the same declarations (a smoke run below reference scale)."),
     ("code", ["hide-input"],
-     "study.close({study.headline_name(scale): runs}, scale, study.scale_summary(scale).splitlines()[0])"),
+     "study.close({study.headline_name(scale): runs}, scale, paper.scale_summary(scale).splitlines()[0])"),
 ]
 
 

@@ -28,8 +28,12 @@ def _root() -> Path:
 def reference_config(study, lr: float):
     """The reference run of ``study`` (a registered chapter, ``registry.study(name)``) at book scale on the
     held-out split, at learning rate ``lr``."""
-    spec = study.TUNING
-    cfg = study.config(spec["method"], scale="book", **spec["args"])
+    from fedlib.errors import ConfigError
+
+    spec, config = study.declared.tuning, study.declared.config
+    if spec is None or config is None:
+        raise ConfigError("chapter", study.name, "a chapter with a TUNING reference run and its config()")
+    cfg = config(spec["method"], scale="book", **spec["args"])
     return dataclasses.replace(cfg, dataset=f"{cfg.dataset}-heldout", lr=lr), spec["metric"]
 
 
@@ -41,7 +45,7 @@ def tune(study, grid=GRID, root: Path | None = None, progress: bool = True) -> d
     from fedlib.experiment.runner import run
 
     chapter = study.name
-    if not hasattr(study, "TUNING"):
+    if study.declared.tuning is None:
         raise ConfigError("chapter", chapter, "a chapter with a TUNING reference run")
     scores: dict[str, float | None] = {}
     for lr in grid:
@@ -59,7 +63,7 @@ def tune(study, grid=GRID, root: Path | None = None, progress: bool = True) -> d
                                               f"(the best, {chosen}, reached {100 * done[chosen]:.1f}%: nothing is "
                                               "written)")
     cfg, metric = reference_config(study, float(chosen))
-    answer = {"chapter": chapter, "method": study.TUNING["method"], "metric": metric,
+    answer = {"chapter": chapter, "method": study.declared.tuning["method"], "metric": metric,
               "dataset": cfg.dataset, "batch_size": cfg.batch_size, "rounds": cfg.rounds,
               "scores": scores, "chosen": float(chosen), "code_version": code_version(),
               "finished_at": datetime.now(UTC).isoformat(timespec="seconds")}
@@ -102,16 +106,17 @@ def chapter_hyperparameters(study, scale: str) -> list[dict]:
     from fedlib.studies.settings import hyperparameter_rows
 
     chapter = study.name
-    reasons = dict(study.HYPER_REASONS)
+    declared = study.declared
+    reasons = dict(declared.hyper_reasons)
     if scale == "reference":
-        reasons.update(getattr(study, "REFERENCE_REASONS", {}))
-    tuned = read(chapter) if hasattr(study, "TUNING") else None
-    ours = study.reference_run(scale)
+        reasons.update(declared.reference_reasons)
+    tuned = read(chapter) if declared.tuning is not None else None
+    ours = declared.reference_run(scale)
     if tuned and scale == "book":
         reasons["lr"] = summary(tuned)
         if ours.lr != tuned["chosen"]:
-            if not getattr(study, "LR_OVERRIDE", ""):
+            if not declared.lr_override:
                 raise ValueError(f"{chapter}: book lr {ours.lr} is not the tuned {tuned['chosen']} and no LR_OVERRIDE "
                                  "says why")
-            reasons["lr"] += f"; {study.LR_OVERRIDE}"
-    return hyperparameter_rows(ours, study.reference_run("paper"), reasons, scale)
+            reasons["lr"] += f"; {declared.lr_override}"
+    return hyperparameter_rows(ours, declared.reference_run("paper"), reasons, scale)
