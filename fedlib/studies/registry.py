@@ -6,8 +6,7 @@ grids, rows, plots and claims) and declares itself at its end:
 which checks the ``CONTRACT`` and returns its ``Chapter``: the behaviour every chapter shares, written once (its
 budget per scale, its hyperparameter table, its paper-scale grid, the notebook's closing verdict box), in front of
 the module's own names. ``chapters()`` discovers the study modules of ``fedlib.studies`` and of the chapters' folders
-that package mounts (``notebooks/<paper>/``; no list of them is kept)
-and orders them by their place; everything that lists chapters (the Results overview, the book's manifest and table
+that package mounts (``notebooks/<paper>/``; no list of them is kept) and orders them by their place; everything that lists chapters (the Results overview, the book's manifest and table
 of contents, the command line's ``records`` and ``tune``, the benchmarks, the tests) reads it. A sixth paper adds
 its study module and its notebook (``fedlib.studies.template``); outside the package, it imports the module before
 asking."""
@@ -43,8 +42,8 @@ CONTRACT = {
 @dataclass(frozen=True)
 class Declaration:
     """What a chapter's study module declares, typed: the ``CONTRACT`` (every chapter) and what a chapter may add,
-    each read once from the module (``declaration_of``) under its lower-case name, so the shared behaviour reads
-    fields, never probes the module."""
+    read from the module by ``declaration_of`` (a function under the field's name, anything else in upper case), so
+    the shared behaviour reads fields, never probes the module."""
     scales: Scales
     scale_summary: Callable[[str], str]
     tables: Callable[[str], dict]
