@@ -6,10 +6,10 @@ grids, rows, plots and claims) and declares itself at its end:
 which checks the ``CONTRACT`` and returns its ``Chapter``: the behaviour every chapter shares, written once (its
 budget per scale, its hyperparameter table, its paper-scale grid, the notebook's closing verdict box), in front of
 the module's own names. ``chapters()`` discovers the study modules of ``fedlib.studies`` and of the chapters' folders
-that package mounts (``notebooks/<paper>/``; no list of them is kept) and orders them by their place; everything that lists chapters (the Results overview, the book's manifest and table
-of contents, the command line's ``records`` and ``tune``, the benchmarks, the tests) reads it. A sixth paper adds
-its study module and its notebook (``fedlib.studies.template``); outside the package, it imports the module before
-asking."""
+that package mounts (``notebooks/<paper>/``; no list of them is kept) and orders them by their place; everything
+that lists chapters (the Results overview, the book's manifest and table of contents, the command line's
+``records`` and ``tune``, the benchmarks, the tests) reads it. A sixth paper adds its study module and its notebook
+(``fedlib.studies.template``); outside the package, it imports the module before asking."""
 from __future__ import annotations
 
 import importlib
