@@ -110,16 +110,17 @@ def test_stored_grid_report_counts_cells_and_names_where_records_were_made(capsy
 
 
 def test_cells_below_twice_chance_are_marked_and_chance_is_stated():
-    """10 classes: chance 10%; our 15.00 is below 20 and gets a dagger, 55.00 does not; the paper's column and a
-    time column are never marked, and a cell that only reads like ours (text, not a ``Measured``) is never parsed."""
+    """10 classes: chance 10%; our 15.00 is below 20 and gets a dagger, 55.00 does not; the paper's column (quoted
+    numbers) and a measured time (not an accuracy) are never marked, and a cell that only reads like ours (text, not a
+    ``Measured``) is never parsed."""
     from fedlib.studies.report import Measured, ResultsTable
 
     record = {"config": {"dataset": "digits", "num_clients": 2, "rounds": 1, "method": "fedavg", "model": None},
               "final": {}, "seed": 0, "train_counts": [[1] * 10], "history": []}
     table = ResultsTable([{"method": "A", "acc": Measured(15.0, 1.0, 3), "paper": 12.0,
-                           "time / round": Measured(3.0, 0.0, 1), "quoted": "15.00 (n=1)"},
+                           "time / round": Measured(3.0, 0.0, 1, accuracy=False), "quoted": "15.00 (n=1)"},
                           {"method": "B", "acc": Measured(55.0, 0.0, 1), "paper": 80.0,
-                           "time / round": Measured(3.0, 0.0, 1), "quoted": "15.00 (n=1)"}],
+                           "time / round": Measured(3.0, 0.0, 1, accuracy=False), "quoted": "15.00 (n=1)"}],
                          [record], "book", "local")
     assert list(table.df["acc"]) == ["15.00 ± 1.00 (n=3) †", "55.00 (n=1)"]
     assert list(table.df["time / round"]) == ["3.00 (n=1)"] * 2
@@ -127,19 +128,24 @@ def test_cells_below_twice_chance_are_marked_and_chance_is_stated():
     assert "chance: 10% (a uniform guess over 10 classes); † below twice chance" in table.caption
 
 
-def test_our_columns_named_after_a_scale_are_accuracy_even_when_the_scale_is_paper():
-    """A column "ours (paper scale)" holds our accuracy (it was skipped as the paper's, and paper-scale tables lost
-    their floor); the paper's own column is still never marked."""
-    from fedlib.studies.report import Measured, ResultsTable
+def test_an_accuracy_is_marked_whatever_its_column_is_called():
+    """Whether a cell is marked comes from the cell (a ``Measured`` accuracy), never from its column's title: "ours
+    (paper scale)" and "A_glo (round 50)" are accuracies; the paper's own column (quoted numbers) is never marked, and
+    a measured accuracy survives the summary's JSON with its kind."""
+    from fedlib.studies.report import Measured, ResultsTable, from_json
 
     record = {"config": {"dataset": "digits", "num_clients": 2, "rounds": 1, "method": "fedavg", "model": None},
               "final": {}, "seed": 0, "train_counts": [[1] * 10], "history": []}
+    weight = Measured(0.5, 0.1, 3, accuracy=False)
+    assert from_json(weight.as_json()).accuracy is False and from_json(Measured(1, 0, 1).as_json()).accuracy is True
     table = ResultsTable([{"method": "A", "ours (paper scale) s=20": Measured(15.0, 0.0, 1),
-                           "paper s=20": Measured(12.0, 0.0, 1)}],
+                           "A_glo (round 50)": Measured(12.0, 0.0, 1), "paper s=20": 12.0,
+                           "weight on itself": from_json(weight.as_json())}],
                          [record], "paper", "balanced")
     assert list(table.df["ours (paper scale) s=20"]) == ["15.00 (n=1) †"]
-    assert list(table.df["paper s=20"]) == ["12.00 (n=1)"]
-    assert "chance: 10%" in table.caption
+    assert list(table.df["A_glo (round 50)"]) == ["12.00 (n=1) †"]
+    assert list(table.df["paper s=20"]) == ["12.00"] and list(table.df["weight on itself"]) == ["0.50 ± 0.10 (n=3)"]
+    assert "chance: 10%" in table.caption and table.marked == 2
 
 
 def test_a_book_scale_table_near_chance_fails_the_build_unless_it_says_why(tmp_path):

@@ -24,20 +24,22 @@ def mean_std(records: list[dict], metric: str = "personal_local_acc") -> tuple[f
 
 
 class Measured(str):
-    """Our measurement in a table cell: the text the book prints ("mean ± std (n=k)" in %, a single seed says so)
-    and the numbers it was made from, which the marks made at display read: numbers stay numbers until display and
-    nothing parses the text back."""
+    """Our measurement in a table cell: the text the book prints ("mean ± std (n=k)", a single seed says so) and the
+    numbers it was made from, which the marks made at display read: numbers stay numbers until display and nothing
+    parses the text back. ``accuracy``: an accuracy in % (``fmt``'s), which a table marks near chance; any other
+    measurement (seconds, a weight) says False and is never marked, whatever its column's title."""
     mean: float
     std: float
     n: int
+    accuracy: bool
 
-    def __new__(cls, mean: float, std: float, n: int) -> Measured:
+    def __new__(cls, mean: float, std: float, n: int, accuracy: bool = True) -> Measured:
         cell = super().__new__(cls, f"{mean:.2f} ± {std:.2f} (n={n})" if n > 1 else f"{mean:.2f} (n=1)")
-        cell.mean, cell.std, cell.n = float(mean), float(std), int(n)
+        cell.mean, cell.std, cell.n, cell.accuracy = float(mean), float(std), int(n), bool(accuracy)
         return cell
 
     def __reduce__(self):   # copies and worker processes rebuild it from its numbers
-        return Measured, (self.mean, self.std, self.n)
+        return Measured, (self.mean, self.std, self.n, self.accuracy)
 
     @property
     def shown(self) -> float:
@@ -45,7 +47,7 @@ class Measured(str):
         return round(self.mean, 2)
 
     def as_json(self) -> dict:
-        return {"measured": [self.mean, self.std, self.n]}
+        return {"measured": [self.mean, self.std, self.n] + ([] if self.accuracy else [False])}
 
 
 def from_json(value):
@@ -226,11 +228,6 @@ def cell_text(v) -> str:
     return str(v)
 
 
-# columns of results tables that hold other numbers than accuracies (never marked against chance)
-NOT_ACCURACY = ("time", "s /", "s/", "param", "round", "comm", "upload", "sent", "second", "entropy", "weight",
-                "paper", "gap", "drop", "margin")
-
-
 WORDY = 40   # characters: a results table with a longer cell holds sentences and wraps them (CSS text-table)
 # a table of numbers is split where its narrowest width would pass the text column (654 px on the Results overview at
 # 1280 px, 676 on a chapter): estimated from its cells at 6.5 px a character and 14 px of padding a column (the
@@ -295,9 +292,9 @@ class ResultsTable:
         self._mark_near_chance(classes, floors)
 
     def _mark_near_chance(self, classes: int | None = None, given: list | None = None) -> None:
-        """Our accuracy cells (``Measured``: ``fmt``'s "mean ± std (n=k)") near the floor of a trivial predictor on the
-        test set they read get a dagger (``floors_of``; with several test sets, the lowest threshold), and the caption
-        states each floor."""
+        """Our accuracy cells (``Measured``: ``fmt``'s "mean ± std (n=k)" in %, whatever their column's title) near the
+        floor of a trivial predictor on the test set they read get a dagger (``floors_of``; with several test sets, the
+        lowest threshold), and the caption states each floor."""
         classes = classes_of(self.records) or classes
         floors = [tuple(f) for f in given] if given else floors_of(self.records, self.test_set, classes)
         if not floors:
@@ -305,11 +302,8 @@ class ResultsTable:
         threshold, _, rule = min(floors)
         found = marked = 0
         for col in self.df.columns[self.keys:]:
-            name = str(col).lower()
-            if not name.startswith("ours") and any(word in name for word in NOT_ACCURACY):   # "ours (paper scale)"
-                continue
             for i, value in self.df[col].items():
-                if isinstance(value, Measured):
+                if isinstance(value, Measured) and value.accuracy:
                     found += 1
                     if value.shown < threshold or (rule.startswith("at or below") and value.shown <= threshold):
                         self.df.at[i, col] = f"{value} †"
