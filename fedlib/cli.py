@@ -309,12 +309,12 @@ def cmd_records(args) -> int:
 
     from fedlib.errors import check
     from fedlib.experiment import RECORDED_SCALES
-    from fedlib.studies.common import record_grid, recording_order, set_runtime
+    from fedlib.studies.common import Runtime, record_grid, recording_order
     from fedlib.studies.registry import study as chapter_study
 
     study = chapter_study(args.chapter)
     check(args.scale in RECORDED_SCALES, "--scale", args.scale, f"one of {', '.join(RECORDED_SCALES)}")
-    runtime = set_runtime(args.device, args.executor)
+    runtime = Runtime.chosen(args.device, args.executor)
     check_distinct(args.seeds, "--seeds")
     check(args.workers >= 1, "--workers", args.workers, "a positive number of processes")
     check(args.max_runs is None or args.max_runs >= 1, "--max-runs", args.max_runs, "a positive number of runs")
@@ -325,8 +325,8 @@ def cmd_records(args) -> int:
 
     check_writable_folder(results.RESULTS / args.chapter, "the committed records' folder")   # before any training
     summary = record_grid(configs, args.chapter,
-                          workers=args.workers, deadline_s=args.deadline, device=runtime["device"],
-                          executor=runtime["executor"], max_runs=args.max_runs, scale=args.scale)
+                          workers=args.workers, deadline_s=args.deadline, device=runtime.device,
+                          executor=runtime.executor, max_runs=args.max_runs, scale=args.scale)
     print(
         f"{args.chapter}: {summary['done']} recorded, {summary['failed']} failed, {summary['skipped']} already there, "
         f"{summary['left']} left "

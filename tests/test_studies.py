@@ -196,7 +196,7 @@ def test_raising_the_budget_is_projected_at_the_recorded_rate_per_local_step(mon
     assert raising_cost("seventh", tables) is None and raising_text(None) == ""
 
 
-def test_convergence_rows_compare_the_reference_endpoint_with_3x_and_the_paper():
+def test_settlings_compare_the_reference_endpoint_with_3x_and_the_paper():
     from fedlib.studies import fedgpa
 
     def record(seed, rounds, accs):
@@ -206,22 +206,26 @@ def test_convergence_rows_compare_the_reference_endpoint_with_3x_and_the_paper()
     reference = {"fedgpa": [record(0, 10, [0.70, 0.80]), record(1, 10, [0.70, 0.82]), record(2, 10, [0.7, 0.84])]}
     longer = {"fedgpa": [record(0, 30, [0.70, 0.80, 0.83, 0.84, 0.85, 0.855])]}
     paper = {"fedgpa": [record(0, 150, [0.7] * 29 + [0.9])]}
-    (row,) = fedgpa.convergence_rows(reference, longer, paper)
+    (found,) = fedgpa.settlings(reference, longer, paper)
+    row = found.row()
     assert row["round 10 (reference)"] == 80.0 and row["round 30 (3x)"] == 85.5 and row["round 150 (paper)"] == 90.0
     assert row["gap 30 - 10"] == 5.5 and row["reference std over seeds"] == pytest.approx(1.63, abs=0.01)
-    assert "still moving (beyond 1.63 points)" in fedgpa.convergence_verdict([row])[0]
+    assert found.gap == pytest.approx(5.5) and found.spread == pytest.approx(np.std([80, 82, 84]))   # numbers kept
+    assert "still moving (beyond 1.63 points)" in fedgpa.convergence_verdict([found])[0]
     assert row["seeds"] == "0" and row["95% interval of the gap"] == "-"   # one seed: no interval
     # a second seed at 3x: the endpoints are means over the paired seeds (0 and 1), the gap gets a t(1) interval
     # (by hand: gaps 5.5 and 5.0 -> 5.25 +- 12.706 x 0.3536 / sqrt 2 = 3.18); the paper column waits for seed 1
     longer["fedgpa"].append(record(1, 30, [0.70, 0.80, 0.83, 0.84, 0.85, 0.87]))
-    (row,) = fedgpa.convergence_rows(reference, longer, paper)
+    (found,) = fedgpa.settlings(reference, longer, paper)
+    row = found.row()
     assert row["seeds"] == "0 and 1" and row["round 10 (reference)"] == 81.0 and row["round 30 (3x)"] == 86.25
     assert row["gap 30 - 10"] == 5.25 and row["95% interval of the gap"] == "[+2.07, +8.43]"
-    assert row["round 150 (paper)"] is None
+    assert found.interval == pytest.approx((5.25 - 3.1765, 5.25 + 3.1765), abs=1e-3)
+    assert row["round 150 (paper)"] is None and found.paper is None
     paper["fedgpa"].append(record(1, 150, [0.7] * 29 + [0.92]))
-    (row,) = fedgpa.convergence_rows(reference, longer, paper)
-    assert row["round 150 (paper)"] == 91.0
-    assert "(mean over seeds 0 and 1): still moving" in fedgpa.convergence_verdict([row])[0]
+    (found,) = fedgpa.settlings(reference, longer, paper)
+    assert found.row()["round 150 (paper)"] == 91.0 and found.paper == pytest.approx(91.0)
+    assert "(mean over seeds 0 and 1): still moving" in fedgpa.convergence_verdict([found])[0]
 
 
 def test_a_chapter_from_outside_the_package_is_registered_and_listed_everywhere(monkeypatch, tmp_path, capsys):
@@ -581,11 +585,11 @@ def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_th
     from fedlib.studies import fedprp
     from fedlib.studies.convergence import (
         convergence_clause,
-        convergence_rows,
         convergence_runs,
         convergence_verdict,
         margins_line,
         margins_text,
+        settlings,
     )
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
@@ -605,8 +609,8 @@ def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_th
             write(dataclasses.replace(longer, rounds=longer.rounds // 3, seed=seed), acc)
     reference, longer = convergence_runs("fedprp", grid)
     assert {m: len(r) for m, r in reference.items()} == {"fedprp": 3, "fedavg": 3}
-    rows = convergence_rows(reference, longer, "a_loc", fedprp.LABELS)
-    assert [r["gap 150 - 50"] for r in rows] == [5.0, 0.4] and rows[0]["reference std over seeds"] == 0.82
+    rows = settlings(reference, longer, "a_loc", fedprp.LABELS)
+    assert [r.row()["gap 150 - 50"] for r in rows] == [5.0, 0.4] and rows[0].row()["reference std over seeds"] == 0.82
     lines = convergence_verdict(rows)
     assert "still moving (beyond 1.00 points)" in lines[0] and "settled" in lines[1]
     assert fedprp.tables("reference")["comparison"][("fmnist", "shards", "fedprp")][0].rounds == 50
@@ -617,7 +621,7 @@ def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_th
     assert clause == ("not converged: from the reference budget to 3x its rounds FedPRP +5.00 points (seed 0; "
                       "FedPRP's margin over FedAvg moves by +4.60, from +10.00 to +14.60: the same order); the "
                       "verdicts compare methods at equal budgets")
-    behind_later = [dict(rows[0], **{"round 150 (3x)": 70.0, "gap 150 - 50": -10.0}), rows[1]]   # 80 -> 70 vs 70.4
+    behind_later = [dataclasses.replace(rows[0], longer=70.0, gap=-10.0), rows[1]]   # 80 -> 70 vs 70.4
     assert "moves by -10.40, from +10.00 to -0.40: the order of the two flips" in convergence_clause(behind_later)
     assert convergence_clause(rows[1:]) == "converged (each 3x run within 1 point or the seed spread)"
     assert convergence_clause([]) == "convergence not yet recorded"
@@ -628,15 +632,15 @@ def test_the_convergence_check_reads_the_3x_runs_beside_the_reference_runs_of_th
             write(cfg, acc)
     # the endpoints' gaps, paired by seed: FedPRP 5, 5, 6 -> 5.33 +- 4.3027 x 0.5774 / sqrt 3 = 1.43; FedAvg 0.4,
     # 0.9, 1.4 -> 0.90, within 1 point: settled
-    rows = convergence_rows(*convergence_runs("fedprp", grid), "a_loc", fedprp.LABELS)
-    assert [(r["seeds"], r["gap 150 - 50"]) for r in rows] == [("0, 1 and 2", 5.33), ("0, 1 and 2", 0.9)]
-    assert rows[0]["95% interval of the gap"] == "[+3.90, +6.77]" and "settled" in convergence_verdict(rows)[1]
+    rows = settlings(*convergence_runs("fedprp", grid), "a_loc", fedprp.LABELS)
+    assert [(r.row()["seeds"], r.row()["gap 150 - 50"]) for r in rows] == [("0, 1 and 2", 5.33), ("0, 1 and 2", 0.9)]
+    assert rows[0].row()["95% interval of the gap"] == "[+3.90, +6.77]" and "settled" in convergence_verdict(rows)[1]
     assert chapters()["fedprp"].convergence_clause() == (
         "not converged: from the reference budget to 3x its rounds FedPRP +5.33 points (mean over seeds 0, 1 and 2); "
         "FedPRP's margin over "
         "FedAvg, paired over seeds 0, 1 and 2: +10.50 [+9.26, +11.74] at round 50 (ahead), +14.93 [+13.50, +16.37] at "
         "round 150 (ahead): the same order; the verdicts compare methods at equal budgets")
-    named = [dict(rows[0], method="pFedCSPC"), rows[1]]   # a name that starts in lower case keeps it
+    named = [dataclasses.replace(rows[0], method="pFedCSPC"), rows[1]]   # a name that starts in lower case keeps it
     assert margins_line("fedprp", *convergence_runs("fedprp", grid), "a_loc", named).startswith(
         "pFedCSPC's margin over FedAvg, paired over seeds 0, 1 and 2: +10.50")
     at_r = {0: 10.0, 1: 10.5, 2: 11.0}
@@ -925,3 +929,20 @@ def test_fedgpa_gap_note_says_what_fine_tuning_did_from_the_records():
     raised = [{"final": {"global_local_acc": 0.80, fedgpa.METRIC: 0.83}}]
     assert "raises it by 3.00" in fedgpa.gap_note("fedbabu", raised)
     assert fedgpa.gap_note("fedprox", records) == "not explained yet"
+
+
+def test_a_runtime_places_runs_without_changing_their_keys_and_a_chapter_carries_its_own(tmp_path):
+    from fedlib.studies.grid import ON_CPU, Runtime
+
+    cfg = make_config(method="fedavg", dataset="digits", num_clients=3, rounds=1, partition={"name": "iid"})
+    batched = Runtime("cpu", "batched")
+    placed = batched.placed(cfg)
+    assert (placed.device, placed.executor) == ("cpu", "batched") and placed.key() == cfg.key()
+    assert Runtime.chosen("cpu", "auto") == ON_CPU == Runtime("cpu", "sequential")
+    assert Runtime.chosen("cuda:1", "auto") == Runtime("cuda:1", "batched")
+    record = run_grid({"a": [cfg]}, progress=False, workers=1, cache_dir=tmp_path, runtime=batched)["a"][0]
+    assert record["key"] == cfg.key() and record["config"]["executor"] == "batched"
+    chapter = chapters()["fedgpa"]
+    assert chapter.runtime == ON_CPU   # a registered chapter runs on the CPU until a notebook's set-up says otherwise
+    here = dataclasses.replace(chapter, runtime=batched)
+    assert here.runtime == batched and here == chapter and chapters()["fedgpa"].runtime == ON_CPU

@@ -3,9 +3,10 @@ grids), ``report`` (labels, mean ± std, provenance, tables, summaries) and ``ve
 boxes). This module hands their names on, so chapters and notebooks import the common ones from one place."""
 from fedlib.studies.grid import (
                                  DEADLINE_GRACE_S,
+                                 ON_CPU,
+                                 Runtime,
                                  complete_runs,
                                  convergence_grid,
-                                 default_workers,
                                  flat,
                                  nested,
                                  partial_seeds,
@@ -14,7 +15,6 @@ from fedlib.studies.grid import (
                                  run_all,
                                  run_grid,
                                  seeds_of,
-                                 set_runtime,
                                  stored_grid,
                                  with_diverged,
                                  with_seeds,
@@ -40,7 +40,7 @@ from fedlib.studies.report import (
 from fedlib.studies.verdicts import box_html, smoke_html
 
 __all__ = [
-    "set_runtime", "complete_runs", "default_workers", "flat", "run_all", "run_grid", "nested", "with_seeds",
+    "Runtime", "ON_CPU", "complete_runs", "flat", "run_all", "run_grid", "nested", "with_seeds",
     "stored_grid", "with_diverged", "seeds_of", "partial_seeds",
     "recording_order", "record_grid", "convergence_grid", "convergence_gap", "DEADLINE_GRACE_S", "method_labels",
     "mean_std", "fmt", "provenance", "records_in",

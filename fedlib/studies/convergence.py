@@ -7,6 +7,7 @@ budgets, and draws the curves (seed 0) with the reference budget marked."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
 from fedlib.plots import chance_line, floor_line
 from fedlib.studies.grid import projected_hours, recording_order, stored_grid
@@ -25,27 +26,65 @@ def convergence_runs(chapter: str, longer_grid: dict, factor: int = 3) -> tuple[
             {label: c["records"] for label, c in longer.items()})
 
 
-def convergence_rows(reference: dict, longer: dict, metric: str, labels: dict) -> list[dict]:
+@dataclass(frozen=True)
+class Settling:
+    """One method's endpoint at the reference budget R and at 3R, means over the seeds that have both runs: numbers,
+    which ``row`` shows. ``gap``: 3R - R (points); ``interval``: its 95% t-interval over the seeds (None at one
+    seed); ``spread``: the reference's std over all its seeds (points); ``paper``: the mean at the paper's budget
+    (round ``paper_round``) over the same seeds, where a chapter reads it and each of them has one."""
+    method: str
+    seeds: tuple[int, ...]
+    rounds: tuple[int, int]
+    reference: float
+    longer: float
+    gap: float
+    interval: tuple[float, float] | None
+    spread: float
+    paper: float | None = None
+    paper_round: int | None = None
+
+    @property
+    def bound(self) -> float:
+        """How far the endpoint may move and still count as settled: 1 point or the reference's seed spread (one
+        seed: 1 point)."""
+        return max(1.0, self.spread if self.spread == self.spread else 0.0)
+
+    @property
+    def moves(self) -> bool:
+        """Does the endpoint still move: its gap beyond 1 point or the seed spread?"""
+        return abs(self.gap) > self.bound
+
+    def averaged_over(self) -> str:
+        """Which seeds the numbers are read at: "mean over seeds 0, 1 and 2", or "seed 0"."""
+        seeds = listed(map(str, self.seeds))
+        return f"mean over seeds {seeds}" if len(self.seeds) > 1 else f"seed {seeds}"
+
+    def row(self) -> dict:
+        """The row the convergence table shows."""
+        R, far = self.rounds
+        paper = {} if self.paper_round is None else {
+            f"round {self.paper_round} (paper)": None if self.paper is None else round(self.paper, 2)}
+        return {"method": self.method, "seeds": listed(map(str, self.seeds)),
+                f"round {R} (reference)": round(self.reference, 2), f"round {far} (3x)": round(self.longer, 2),
+                **paper, f"gap {far} - {R}": round(self.gap, 2),
+                "95% interval of the gap": "-" if self.interval is None else
+                f"[{self.interval[0]:+.2f}, {self.interval[1]:+.2f}]",
+                "reference std over seeds": round(self.spread, 2)}
+
+
+def settlings(reference: dict, longer: dict, metric: str, labels: dict) -> list[Settling]:
     """Per label with a reference record and its 3x run at one seed or more: the metric (%) at the reference budget
-    R and at 3R, the gap 3R - R (points), each a mean over the seeds that have both runs, the gap's 95% t-interval
-    over those seeds ("-" at one seed) and the reference's std over seeds (points). ``labels``: {label: how the
-    table names it}."""
-    rows = []
+    and at 3x its rounds (``Settling``). ``labels``: {label: how the table names it}."""
+    out = []
     for label, recs in reference.items():
         gap = convergence_gap(recs, longer.get(label, []), metric)
         if gap is None:
             continue
-        R, far = gap["rounds"]
-        interval = verdict_of(gap["gaps"]).interval
         method = label[0] if isinstance(label, tuple) else label   # a cell key (method, setting, ...) names its method
-        rows.append({"method": labels.get(label, labels.get(method, str(label))),
-                     "seeds": listed(map(str, gap["seeds"])),
-                     f"round {R} (reference)": round(gap["reference"], 2),
-                     f"round {far} (3x)": round(gap["longer"], 2), f"gap {far} - {R}": round(gap["gap"], 2),
-                     "95% interval of the gap": "-" if interval is None else
-                     f"[{interval[0]:+.2f}, {interval[1]:+.2f}]",
-                     "reference std over seeds": round(gap["spread"], 2)})
-    return rows
+        out.append(Settling(labels.get(label, labels.get(method, str(label))), tuple(gap["seeds"]), gap["rounds"],
+                            gap["reference"], gap["longer"], gap["gap"], verdict_of(gap["gaps"]).interval,
+                            gap["spread"]))
+    return out
 
 
 def seed_zero(records: list[dict]) -> dict | None:
@@ -87,86 +126,56 @@ def margins_text(margins: tuple[dict, dict], rounds: tuple[int, int], own: str, 
             f"{said[1]}: {order}")
 
 
-def budget_rounds(row: dict) -> tuple[int, int]:
-    """(R, 3R) of a ``convergence_rows`` row."""
-    reference, longer = [int(k.split()[1]) for k in row if k.startswith("round ")][:2]
-    return reference, longer
+def still_moving(found: list[Settling]) -> bool:
+    return any(s.moves for s in found)
 
 
-def row_gap(row: dict) -> float:
-    return next(v for k, v in row.items() if k.startswith("gap "))
-
-
-def row_ends(row: dict) -> tuple[float, float]:
-    """(the metric at the reference budget, at 3x its rounds) of a ``convergence_rows`` row: means over its seeds."""
-    reference, longer = (v for k, v in row.items() if k.startswith("round "))
-    return reference, longer
-
-
-def settle_bound(row: dict) -> float:
-    """How far the endpoint may move and still count as settled: 1 point or the reference's seed spread (one seed:
-    1 point)."""
-    spread = row["reference std over seeds"]
-    return max(1.0, spread if spread == spread else 0.0)
-
-
-def moves(row: dict) -> bool:
-    """Does a ``convergence_rows`` row's endpoint still move: its gap beyond 1 point or the seed spread?"""
-    return abs(row_gap(row)) > settle_bound(row)
-
-
-def still_moving(rows: list[dict]) -> bool:
-    return any(moves(row) for row in rows)
-
-
-def convergence_clause(rows: list[dict], margins: tuple[dict, dict] = ({}, {})) -> str:
+def convergence_clause(found: list[Settling], margins: tuple[dict, dict] = ({}, {})) -> str:
     """The reference budget's convergence in a clause for a verdict note: settled, or which methods still move and by
-    how much (the mean gap over the rows' seeds), and how the paper's method's margin over its main baseline moves
+    how much (the mean gap over their seeds), and how the paper's method's margin over its main baseline moves
     with them and whether the two keep their order at 3x the rounds (what a reader weighs a margin against): with
-    intervals where ``margins`` (``budget_margins``) pairs two seeds or more, else from the rows' means."""
-    if not rows:
+    intervals where ``margins`` (``budget_margins``) pairs two seeds or more, else from the means."""
+    if not found:
         return "convergence not yet recorded"
-    moving = [f"{row['method']} {row_gap(row):+.2f}" for row in rows if moves(row)]
+    moving = [f"{s.method} {s.gap:+.2f}" for s in found if s.moves]
     if not moving:
         return "converged (each 3x run within 1 point or the seed spread)"
-    rounds = budget_rounds(rows[0])
+    own = found[0]   # the paper's method first, its main baseline second (the convergence grid's order)
     moved = (f"not converged: from the reference budget to 3x its rounds {', '.join(moving)} points "
-             f"({averaged_over(rows[0])}")
-    if len(rows) >= 2 and (paired := margins_text(margins, rounds, rows[0]["method"], rows[1]["method"])):
+             f"({own.averaged_over()}")
+    if len(found) >= 2 and (paired := margins_text(margins, own.rounds, own.method, found[1].method)):
         return f"{moved}); {paired}; the verdicts compare methods at equal budgets"
     drift = ""
-    if len(rows) >= 2:   # the paper's method first, its main baseline second (the convergence grid's order)
-        (own_r, own_3r), (base_r, base_3r) = row_ends(rows[0]), row_ends(rows[1])
-        before, after = own_r - base_r, own_3r - base_3r
+    if len(found) >= 2:
+        base = found[1]
+        before, after = own.reference - base.reference, own.longer - base.longer
         order = "the same order" if (before > 0) == (after > 0) else "the order of the two flips"
-        drift = (f"; {rows[0]['method']}'s margin over {rows[1]['method']} moves by {after - before:+.2f}, from "
+        drift = (f"; {own.method}'s margin over {base.method} moves by {after - before:+.2f}, from "
                  f"{before:+.2f} to {after:+.2f}: {order}")
     return (f"{moved}{drift}); "
             "the verdicts compare methods at equal budgets")
 
 
-def margins_line(chapter: str, reference: dict, longer: dict, metric: str, rows: list[dict]) -> str:
+def margins_line(chapter: str, reference: dict, longer: dict, metric: str, found: list[Settling]) -> str:
     """The notebook's line on the paper's method's margin at both budgets, paired by seed (``margins_text``), or
     why it is not there yet."""
-    if len(rows) < 2:
+    if len(found) < 2:
         return "the margin at both budgets needs both methods' 3x runs"
-    text = margins_text(budget_margins(reference, longer, metric), budget_rounds(rows[0]), rows[0]["method"],
-                        rows[1]["method"])
+    text = margins_text(budget_margins(reference, longer, metric), found[0].rounds, found[0].method, found[1].method)
     return (text + " (95% t-intervals)" if text else
             "the margin at both budgets, paired by seed, waits for the 3x runs of seeds 1 and 2 "
             f"(`python -m fedlib records {chapter} --scale reference --tables convergence`)")
 
 
-def convergence_verdict(rows: list[dict]) -> list[str]:
-    """One line per row of ``convergence_rows``: has the accuracy settled at the reference budget (the mean gap to 3x
-    the rounds over the row's seeds within 1 point or the reference's spread over seeds)?"""
+def convergence_verdict(found: list[Settling]) -> list[str]:
+    """One line per method: has the accuracy settled at the reference budget (the mean gap to 3x the rounds over its
+    seeds within 1 point or the reference's spread over seeds)?"""
     out = []
-    for row in rows:
-        gap, bound = row_gap(row), settle_bound(row)
-        out.append(f"{row['method']}: {gap:+.2f} points from the reference budget to 3x its rounds "
-                   f"({averaged_over(row)}): "
-                   + ("settled (within 1 point or the seed spread)" if not moves(row) else
-                      f"still moving (beyond {bound:.2f} points): the reference scale does not give this method's "
+    for s in found:
+        out.append(f"{s.method}: {s.gap:+.2f} points from the reference budget to 3x its rounds "
+                   f"({s.averaged_over()}): "
+                   + ("settled (within 1 point or the seed spread)" if not s.moves else
+                      f"still moving (beyond {s.bound:.2f} points): the reference scale does not give this method's "
                       "converged accuracy; its verdicts rest on margins at equal budgets"))
     return out
 
@@ -206,11 +215,6 @@ def raising_text(cost: dict | None, cores: int = 2) -> str:
             f"{cores} cores). This book has not done that; its reference verdicts compare methods at equal budgets.")
 
 
-def averaged_over(row: dict) -> str:
-    """Which seeds a ``convergence_rows`` row's numbers are read at: "mean over seeds 0, 1 and 2", or "seed 0"."""
-    return f"mean over seeds {row['seeds']}" if " and " in row["seeds"] else f"seed {row['seeds']}"
-
-
 def plot_convergence(longer: dict, R: int, metric: str, labels: dict, title: str, ylabel: str,
                      paper: dict | None = None, local_test: bool = False):
     """``metric`` per evaluated round of the 3x runs (solid) and, where given, of committed paper-scale records of
@@ -243,26 +247,26 @@ def plot_convergence(longer: dict, R: int, metric: str, labels: dict, title: str
 
 
 def show_convergence(chapter: str, grid: dict, metric: str, labels: dict, title: str, ylabel: str, test_set: str,
-                     local_test: bool = False, tables: dict | None = None) -> list[dict]:
-    """A notebook's convergence section in one call: the table of ``convergence_rows`` from the chapter's committed
+                     local_test: bool = False, tables: dict | None = None) -> list[Settling]:
+    """A notebook's convergence section in one call: the table of ``settlings`` from the chapter's committed
     records (its provenance and floor), one line per method from ``convergence_verdict``, where a method still
     moves what raising the budget of its reference ``tables`` would cost (``raising_cost``), and the curves; or a
-    line saying the runs are not recorded yet. Returns the rows."""
+    line saying the runs are not recorded yet. Returns what it read (``Settling`` per method)."""
     from fedlib.studies.report import show_table
 
     reference, longer = convergence_runs(chapter, grid)
-    rows = convergence_rows(reference, longer, metric, labels)
-    if not rows:
+    found = settlings(reference, longer, metric, labels)
+    if not found:
         print(f"the convergence runs are not recorded yet (`python -m fedlib records {chapter} --scale reference` "
               "records them first)")
-        return rows
+        return found
     records = [r for recs in (*reference.values(), *longer.values()) for r in recs]
-    show_table(rows, records, "reference", test_set, state_floor=True,
-               note=f"{title}; {metric} at the last evaluation (%), {averaged_over(rows[0])}; gap in points")
-    print("\n".join(convergence_verdict(rows)))
-    print(margins_line(chapter, reference, longer, metric, rows))
-    if tables is not None and still_moving(rows):
+    show_table([s.row() for s in found], records, "reference", test_set, state_floor=True,
+               note=f"{title}; {metric} at the last evaluation (%), {found[0].averaged_over()}; gap in points")
+    print("\n".join(convergence_verdict(found)))
+    print(margins_line(chapter, reference, longer, metric, found))
+    if tables is not None and still_moving(found):
         print(raising_text(raising_cost(chapter, tables)))
     R = next(cfgs[0].rounds for cfgs in grid.values()) // 3
     plot_convergence(longer, R, metric, labels, f"{title}, seed 0", ylabel, local_test=local_test)
-    return rows
+    return found

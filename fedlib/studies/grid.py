@@ -13,21 +13,46 @@ from fedlib.engine.workers import POOLS, collecting, completed, worker_died
 from fedlib.errors import check
 from fedlib.experiment import Config, read_cached_record, run
 
-# where this session's runs execute (``set_runtime``; not part of any result's key): the chapters build their configs
-# without it, and the runs take it here, where they start (``placed``)
-RUNTIME = {"device": "cpu", "executor": "sequential"}
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where a session's runs execute: never part of a result's key. The chapters build their configs without it;
+    the runs take it where they start (``placed``). A notebook's set-up (``open_chapter``) returns the chapter with
+    its runtime; ``records`` makes its own from ``--device`` and ``--executor``."""
+    device: str = "cpu"
+    executor: str = "sequential"
+
+    @classmethod
+    def chosen(cls, device: str = "auto", executor: str = "auto") -> Runtime:
+        """"auto": a CUDA device with the batched executor when one is visible, else the CPU with the sequential
+        executor."""
+        import torch
+
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        if executor == "auto":
+            executor = "batched" if device.startswith("cuda") else "sequential"
+        return cls(device, executor)
+
+    def placed(self, cfg: Config) -> Config:
+        """``cfg`` on this runtime's device and executor."""
+        return dataclasses.replace(cfg, device=self.device, executor=self.executor)
+
+    def trained(self, cfg: Config):
+        """The trained Federation of ``cfg`` here (``experiment.trained``: cached as an artifact)."""
+        from fedlib.experiment import trained
+
+        return trained(self.placed(cfg))
+
+    def default_workers(self) -> int:
+        """Runs on the CPU are small enough that two single-threaded runs at once beat one run on two
+        threads (FedGPA at book scale: 1.7x the throughput on 2 cores); a GPU runs one at a time."""
+        import os
+
+        return 1 if self.device != "cpu" else max(1, min(len(os.sched_getaffinity(0)), 8))
 
 
-def placed(cfg: Config) -> Config:
-    """``cfg`` on this session's device and executor."""
-    return dataclasses.replace(cfg, device=RUNTIME["device"], executor=RUNTIME["executor"])
-
-
-def trained_here(cfg: Config):
-    """The trained Federation of ``cfg`` on this session's device (``experiment.trained``: cached as an artifact)."""
-    from fedlib.experiment import trained
-
-    return trained(placed(cfg))
+ON_CPU = Runtime()   # the default: the CPU, one run after another in each worker
 
 
 B = TypeVar("B", bound="Budget")
@@ -70,18 +95,6 @@ class Scales(Mapping[str, B], Generic[B]):
         return len(self._by_scale)
 
 
-def set_runtime(device: str = "auto", executor: str = "auto") -> dict:
-    """Where the chapter's runs execute (not part of any result's key). "auto": a CUDA device with the
-    batched executor when one is visible, else the CPU with the sequential executor."""
-    import torch
-
-    cuda = torch.cuda.is_available()
-    RUNTIME["device"] = ("cuda" if cuda else "cpu") if device == "auto" else device
-    RUNTIME["executor"] = ("batched" if RUNTIME["device"].startswith("cuda") else "sequential") \
-        if executor == "auto" else executor
-    return dict(RUNTIME)
-
-
 def _run_one(cfg: Config, kwargs: dict, keep_diverged: bool = False) -> dict:
     """The run's record; ``keep_diverged``: a run whose loss became nan gives a record that says so (``diverged``:
     the message, no metrics; never cached or committed) instead of stopping the grid (a tuning grid's high rates)."""
@@ -105,20 +118,13 @@ def _run_pool(workers: int):
                                                          what="grid's worker processes"))
 
 
-def default_workers() -> int:
-    """Runs on the CPU are small enough that two single-threaded runs at once beat one run on two
-    threads (FedGPA at book scale: 1.7x the throughput on 2 cores); a GPU runs one at a time."""
-    import os
-
-    return 1 if RUNTIME["device"] != "cpu" else max(1, min(len(os.sched_getaffinity(0)), 8))
-
-
 def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, store: str | None = None,
-            workers: int | None = None, keep_diverged: bool = False, **kwargs) -> list[dict]:
+            workers: int | None = None, keep_diverged: bool = False, runtime: Runtime = ON_CPU,
+            **kwargs) -> list[dict]:
     """Run (or read from the cache) every config, with one progress bar over runs. Uncached runs are
     spread over ``workers`` single-threaded processes (default: one per CPU core on the CPU, none on a
-    GPU). ``store``: also write each record to ``results/<store>/`` (the paper-scale records the book
-    shows); ``keep_diverged``: see ``_run_one``."""
+    GPU), on ``runtime``'s device and executor. ``store``: also write each record to ``results/<store>/`` (the
+    paper-scale records the book shows); ``keep_diverged``: see ``_run_one``."""
     from pathlib import Path
 
     from tqdm import tqdm
@@ -127,8 +133,8 @@ def run_all(configs: list[Config], desc: str = "runs", progress: bool = True, st
     from fedlib.experiment import DEFAULT_CACHE
     from fedlib.experiment.records import pin_code_version
 
-    workers = default_workers() if workers is None else workers
-    configs = [placed(c) for c in configs]
+    workers = runtime.default_workers() if workers is None else workers
+    configs = [runtime.placed(c) for c in configs]
     pin_code_version()   # the workers' records name the code they started with
     cache = kwargs.get("cache_dir", DEFAULT_CACHE)
     out: list = [None] * len(configs)

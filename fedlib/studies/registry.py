@@ -22,7 +22,7 @@ from types import ModuleType
 from fedlib.errors import check
 from fedlib.experiment import Config
 from fedlib.studies.claims import RECORDED, Claim, Sentence
-from fedlib.studies.grid import Scales
+from fedlib.studies.grid import ON_CPU, Runtime, Scales
 
 # what every chapter's study module defines, and what the book layer reads from it
 CONTRACT = {
@@ -116,6 +116,7 @@ class Chapter:
     title: str       # how the book names it
     module: str      # the study module
     place: int = PAPER_PLACE   # its place in the book's order (ties: by name)
+    runtime: Runtime = field(default=ON_CPU, compare=False)   # where its runs execute (a notebook's ``open_chapter``)
 
     @property
     def paper(self) -> ModuleType:
@@ -158,7 +159,8 @@ class Chapter:
         """The headline table's runs at ``scale`` ({cell: records}); at paper scale stored under results/."""
         from fedlib.studies.grid import run_grid
 
-        return run_grid(self.headline_grid(scale), desc=self.name, store=self.name if scale == "paper" else None)
+        return run_grid(self.headline_grid(scale), desc=self.name, store=self.name if scale == "paper" else None,
+                        runtime=self.runtime)
 
     def test_sets(self, scale: str) -> str:
         """What the headline table's metrics are read on (the protocol's note)."""
@@ -403,14 +405,14 @@ class Chapter:
     def convergence_clause(self) -> str:
         """Whether the reference budget converged, from the committed 3x runs (``convergence.convergence_clause``) on
         the chapter's ``CONVERGENCE_METRIC``; empty for a chapter without a convergence check."""
-        from fedlib.studies.convergence import budget_margins, convergence_clause, convergence_rows, convergence_runs
+        from fedlib.studies.convergence import budget_margins, convergence_clause, convergence_runs, settlings
 
         metric = self.declared.convergence_metric
         grid = self.declared.tables("reference").get("convergence")
         if metric is None or grid is None:
             return ""
         reference, longer = convergence_runs(self.name, grid)
-        return convergence_clause(convergence_rows(reference, longer, metric, self.declared.labels),
+        return convergence_clause(settlings(reference, longer, metric, self.declared.labels),
                                   budget_margins(reference, longer, metric))
 
     def show_convergence(self, metric: str, title: str, ylabel: str, test_set: str, local_test: bool = False):
@@ -514,4 +516,4 @@ def notebook_parameters(notebook: str) -> dict[str, tuple]:
     from fedlib.experiment.config import SCALES
 
     own = chapters()[notebook].declared.notebook_parameters if notebook in chapters() else {}
-    return {"scale": SCALES, "executor": ("auto", *EXECUTORS), **own}   # auto: grid.set_runtime's choice
+    return {"scale": SCALES, "executor": ("auto", *EXECUTORS), **own}   # auto: Runtime.chosen's

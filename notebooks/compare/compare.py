@@ -36,7 +36,7 @@ import numpy as np
 from fedlib.data.partition import fedgpa_setting
 from fedlib.experiment import Config, make_config
 from fedlib.studies.claims import Claim, each_above
-from fedlib.studies.common import method_labels, with_seeds
+from fedlib.studies.common import ON_CPU, Runtime, method_labels, with_seeds
 from fedlib.studies.grid import Budget, Scales, stored_grid, with_diverged
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import fmt, local, per_seed
@@ -238,21 +238,22 @@ def tables(scale: str) -> dict:
     return {**out, "mnist_check": check_grid(scale, chosen), "tuning": tuning_grid(scale)}
 
 
-def run(scale: str, store: str | None = None) -> tuple[dict, dict, dict]:
+def run(scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> tuple[dict, dict, dict]:
     """Tune, then compare: (tuning runs, choices, comparison runs)."""
     from fedlib.studies.grid import run_grid
 
     # a rate whose loss becomes nan scores nothing (its stand-in record is never cached or committed)
-    tuning = run_grid(tuning_grid(scale), desc="tuning", store=store, keep_diverged=True)
+    tuning = run_grid(tuning_grid(scale), desc="tuning", store=store, keep_diverged=True, runtime=runtime)
     chosen = choose(tuning)
-    return tuning, chosen, run_grid(comparison_grid(scale, chosen), desc="comparison", store=store, keep_diverged=True)
+    return tuning, chosen, run_grid(comparison_grid(scale, chosen), desc="comparison", store=store,
+                                    keep_diverged=True, runtime=runtime)
 
 
-def check(scale: str, chosen: dict, store: str | None = None) -> dict:
+def check(scale: str, chosen: dict, store: str | None = None, runtime: Runtime = ON_CPU) -> dict:
     """MNIST as a check: the runs of ``check_grid`` at the FMNIST choices."""
     from fedlib.studies.grid import run_grid
 
-    return run_grid(check_grid(scale, chosen), desc="MNIST check", store=store, keep_diverged=True)
+    return run_grid(check_grid(scale, chosen), desc="MNIST check", store=store, keep_diverged=True, runtime=runtime)
 
 
 def reference_run(scale: str) -> Config:

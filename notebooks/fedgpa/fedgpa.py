@@ -29,6 +29,8 @@ from fedlib.studies.claims import (
     versus,
 )
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
+    ON_CPU,
+    Runtime,
     convergence_grid,
     entropy_rows,
     fmt,
@@ -36,11 +38,9 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     method_labels,
     run_all,
     run_grid,
-    set_runtime,
     with_seeds,
 )
 from fedlib.studies.convergence import (  # noqa: F401  (the notebook reads them here)
-    averaged_over,
     convergence_verdict,
     margins_line,
     still_moving,
@@ -461,9 +461,11 @@ def comparison_grid(settings, s_values, methods, scale: str) -> dict:
     }
 
 
-def comparison(settings, s_values, methods, scale: str, store: str | None = None) -> dict:
+def comparison(settings, s_values, methods, scale: str, store: str | None = None,
+               runtime: Runtime = ON_CPU) -> dict:
     """Tables 2, 4 and 5: {(method, setting, s): records over the scale's seeds}, one worker pool."""
-    return run_grid(comparison_grid(settings, s_values, methods, scale), desc="comparison", store=store)
+    return run_grid(comparison_grid(settings, s_values, methods, scale), desc="comparison", store=store,
+                    runtime=runtime)
 
 
 def comparison_rows(runs: dict, scale: str) -> list[dict]:
@@ -547,9 +549,9 @@ def ablation_grid(scale: str) -> dict:
     return {name: with_seeds(config("fedgpa", 1, 20, scale, hyper=hp), seeds) for name, (hp, _) in ABLATION.items()}
 
 
-def ablation(scale: str, store: str | None = None) -> dict:
+def ablation(scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> dict:
     """Table 3 (Setting 1, s = 20): {row: records}, modules switched on one by one."""
-    return run_grid(ablation_grid(scale), desc="Table 3", store=store)
+    return run_grid(ablation_grid(scale), desc="Table 3", store=store, runtime=runtime)
 
 
 def ablation_rows(runs: dict, scale: str) -> list[dict]:
@@ -590,9 +592,9 @@ def mu_sweep_grid(s_values, scale: str) -> dict:
     }
 
 
-def mu_sweep(s_values, scale: str, store: str | None = None) -> tuple[dict, dict]:
+def mu_sweep(s_values, scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> tuple[dict, dict]:
     """Fig. 3 (Setting 3): ({s: {mu: (mean, std, n)}}, {(s, mu): records})."""
-    runs = run_grid(mu_sweep_grid(s_values, scale), desc="mu sweep", progress=False, store=store)
+    runs = run_grid(mu_sweep_grid(s_values, scale), desc="mu sweep", progress=False, store=store, runtime=runtime)
     return {s: {mu: mean_std(runs[(s, mu)]) for mu in MU_SWEEP} for s in s_values}, runs
 
 
@@ -617,11 +619,11 @@ def fedpac_readings(scale: str = "reference") -> tuple[list[dict], list[dict], s
                         ("s", "FedPAC", "fedlib's FedPAC", "FedGPA"))
 
 
-def s_sweep(methods, scale: str, s_grid=(0, 20, 50, 80)) -> tuple[dict, dict]:
+def s_sweep(methods, scale: str, s_grid=(0, 20, 50, 80), runtime: Runtime = ON_CPU) -> tuple[dict, dict]:
     """Accuracy against the skew s, Setting 1 (cf. Fig. 5): ({method: {s: (mean, std, n)}}, runs)."""
     seeds = SCALES[scale].sweep_seeds
     runs = run_grid({(m, s): with_seeds(config(m, 1, s, scale), seeds) for m in methods for s in s_grid},
-                    desc="s sweep", progress=False)
+                    desc="s sweep", progress=False, runtime=runtime)
     return {m: {s: mean_std(runs[(m, s)]) for s in s_grid} for m in methods}, runs
 
 
@@ -699,26 +701,23 @@ def value_at(record: dict, rnd: int, metric: str = METRIC) -> float | None:
     return None if row is None else 100 * row[metric]
 
 
-def convergence_rows(reference: dict, longer: dict, paper: dict) -> list[dict]:
-    """The convergence check (``studies.convergence``), per method of CONVERGENCE (Setting 1, s = 20): its accuracy
-    at the reference budget R and at 3R, means over the seeds with both runs, with the paper's 150 rounds beside them
-    (the committed paper-scale records' mean over the same seeds, where each of them has one).
+def settlings(reference: dict, longer: dict, paper: dict) -> list:
+    """The convergence check (``studies.convergence.Settling``), per method of CONVERGENCE (Setting 1, s = 20): its
+    accuracy at the reference budget R and at 3R, means over the seeds with both runs, with the paper's 150 rounds
+    beside them (the committed paper-scale records' mean over the same seeds, where each of them has one).
     ``reference``/``longer``/``paper``: {method: records}."""
-    from fedlib.studies.convergence import convergence_rows as rows_of
-    from fedlib.studies.report import per_seed
+    import dataclasses
 
-    rows = rows_of({m: reference.get(m, []) for m in CONVERGENCE}, longer, METRIC, LABELS)
+    from fedlib.studies.convergence import settlings as settlings_of
+
+    found = settlings_of({m: reference.get(m, []) for m in CONVERGENCE}, longer, METRIC, LABELS)
     by_label = {LABELS[m]: m for m in CONVERGENCE}
     out = []
-    for row in rows:
-        m = by_label[row["method"]]
-        seeds = set(per_seed(reference[m], METRIC)) & set(per_seed(longer[m], METRIC))   # the row's paired seeds
-        at_150 = {int(r["seed"]): value_at(r, 150) for r in paper.get(m, []) if int(r["seed"]) in seeds}
-        full = (None if set(at_150) != seeds or None in at_150.values() else
-                round(float(np.mean(list(at_150.values()))), 2))
-        items = list(row.items())
-        after_3x = next(i for i, (k, _) in enumerate(items) if k.endswith("(3x)")) + 1
-        out.append(dict(items[:after_3x] + [("round 150 (paper)", full)] + items[after_3x:]))
+    for s in found:
+        at_150 = {int(r["seed"]): value_at(r, 150) for r in paper.get(by_label[s.method], [])
+                  if int(r["seed"]) in s.seeds}
+        full = None if set(at_150) != set(s.seeds) or None in at_150.values() else float(np.mean(list(at_150.values())))
+        out.append(dataclasses.replace(s, paper=full, paper_round=150))
     return out
 
 

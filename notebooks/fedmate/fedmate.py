@@ -18,13 +18,14 @@ from fedlib.methods.fedpac import CODE_READINGS, CodeReading
 from fedlib.plots import chance_line
 from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Sentence, Statistic, versus
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
+    ON_CPU,
+    Runtime,
     fmt,
     mean_std,
     method_labels,
     nested,
     run_all,
     run_grid,
-    set_runtime,
     with_seeds,
 )
 from fedlib.studies.grid import Budget, Scales, convergence_grid
@@ -366,10 +367,10 @@ def table1_grid(scale: str) -> dict:
             for cell in sc.table1_cells for r in TABLE1 + list(ABLATION)}
 
 
-def table1(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
+def table1(scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> tuple[list[dict], dict]:
     """Table 1 (the methods and the ablation rows): personalized models on a balanced test set, over the
     headline seeds. Returns (rows, {(dataset, s): {row: records}})."""
-    table = nested(run_grid(table1_grid(scale), desc="Table 1", store=store))
+    table = nested(run_grid(table1_grid(scale), desc="Table 1", store=store, runtime=runtime))
     return table1_rows(table, scale), table
 
 
@@ -421,11 +422,11 @@ def table2_grid(scale: str) -> dict:
     }
 
 
-def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
+def table2(scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> tuple[list[dict], dict]:
     """Table 2: three classes per client, each client tested on its own label mix. Returns (rows,
     {dataset: {method: records}})."""
     sc = SCALES[scale]
-    runs = run_grid(table2_grid(scale), desc="Table 2", store=store)
+    runs = run_grid(table2_grid(scale), desc="Table 2", store=store, runtime=runtime)
     table = nested(runs)
     rows = []
     for m in TABLE2:
@@ -437,16 +438,15 @@ def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
     return rows, table
 
 
-def classwise(scale: str, methods=FIG_METHODS) -> tuple[dict, dict]:
+def classwise(scale: str, methods=FIG_METHODS, runtime: Runtime = ON_CPU) -> tuple[dict, dict]:
     """Figs. 3 and 4 (FMNIST, s = 20): per-class recall of the personalized models on the balanced test set,
     and every client's local prototypes. Returns ({method: recall per class}, {method: (prototypes, labels)})."""
     from fedlib.metrics import per_class_recall
-    from fedlib.studies.grid import trained_here as trained
 
     rounds = SCALES[scale].rounds
     recall, points = {}, {}
     for m in methods:
-        federation = trained(config(m, "fmnist", scale, s=20))
+        federation = runtime.trained(config(m, "fmnist", scale, s=20))
         recall[m] = per_class_recall(sum(federation.final_confusions["personal_global"]))
         protos, labels = [], []
         for c in federation.clients:
@@ -497,9 +497,9 @@ def repeat_grid(scale: str) -> dict:
             for m in REPEAT_METHODS for r in sc.repeat}
 
 
-def repeat_sweep(scale: str, store: str | None = None) -> tuple[dict, dict]:
+def repeat_sweep(scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> tuple[dict, dict]:
     """Fig. 5 (FMNIST, s = 50): clients with repeated samples. Returns ({method: {ratio: ms}}, runs)."""
-    runs = run_grid(repeat_grid(scale), desc="Fig. 5", progress=False, store=store)
+    runs = run_grid(repeat_grid(scale), desc="Fig. 5", progress=False, store=store, runtime=runtime)
     return nested({cell: mean_std(recs, "personal_global_acc") for cell, recs in runs.items()}), runs
 
 
@@ -525,10 +525,10 @@ def communication_grid(scale: str) -> dict:
             "without": with_seeds(config("fedmate", "fmnist", scale, s=10, hyper={"cft": False}), seeds)}
 
 
-def communication(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
+def communication(scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> tuple[list[dict], dict]:
     """Appx. 2: FedMate with CFT (x = 0.05) against FedMate sending the extractor every round (FMNIST, s = 10).
     Returns (rows, {"with"|"without": records})."""
-    runs = run_grid(communication_grid(scale), desc="CFT", progress=False, store=store)
+    runs = run_grid(communication_grid(scale), desc="CFT", progress=False, store=store, runtime=runtime)
     rows = [
         {
             "variant": k,

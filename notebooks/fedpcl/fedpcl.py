@@ -13,7 +13,7 @@ import numpy as np
 from fedlib.experiment import Config, make_config
 from fedlib.plots import chance_line
 from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Sentence, Statistic, versus
-from fedlib.studies.common import fmt, mean_std, method_labels, run_all, run_grid, set_runtime, with_seeds  # noqa: F401  (the chapter uses them)
+from fedlib.studies.common import ON_CPU, Runtime, fmt, mean_std, method_labels, run_all, run_grid, with_seeds
 from fedlib.studies.grid import Budget, Scales
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import local
@@ -485,9 +485,9 @@ def table2_grid(scale: str, n_train: int | None = None, seeds: list[int] | None 
             for bb, bbs in (("s", SINGLE), ("m", MULTI)) for m in METHODS}
 
 
-def table2(scale: str, store: str | None = None) -> dict:
+def table2(scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> dict:
     """Table 2: {(backbones "s"|"m", method): records over the headline seeds}."""
-    return run_grid(table2_grid(scale), desc="Table 2", store=store)
+    return run_grid(table2_grid(scale), desc="Table 2", store=store, runtime=runtime)
 
 
 def table2_rows(runs: dict) -> list[dict]:
@@ -532,11 +532,11 @@ def label_shift_grid(scale: str, official: bool = False) -> dict:
     return grid
 
 
-def label_shift(scale: str, store: str | None = None) -> tuple[dict, dict, dict]:
+def label_shift(scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> tuple[dict, dict, dict]:
     """Label shift on digit4 (cf. Fig. 3): FedPCL, FedRep and Solo against Dirichlet alpha (10 clients), FedPCL
     and FedAvg against the number of clients (alpha = 1). Returns ({method: {alpha: ms}}, {method: {clients: ms}},
     every run)."""
-    runs = run_grid(label_shift_grid(scale), desc="label shift", progress=False, store=store)
+    runs = run_grid(label_shift_grid(scale), desc="label shift", progress=False, store=store, runtime=runtime)
     return *label_shift_points(runs), runs
 
 
@@ -582,11 +582,11 @@ def table4_grid(scale: str) -> dict:
             for name, bbs in BACKBONE_SETS.items()}
 
 
-def table4(scale: str) -> tuple[list[dict], dict]:
+def table4(scale: str, runtime: Runtime = ON_CPU) -> tuple[list[dict], dict]:
     """Table 4 analogue: FedPCL with other sets of frozen backbones (feature & label shift)."""
     from fedlib.backbones import BACKBONES
 
-    runs = run_grid(table4_grid(scale), desc="Table 4", progress=False)
+    runs = run_grid(table4_grid(scale), desc="Table 4", progress=False, runtime=runtime)
     rows = [{"backbones": name, "feature dim": sum(BACKBONES[b].dim for b in BACKBONE_SETS[name]),
              "FedPCL acc": fmt(mean_std(recs))} for name, recs in runs.items()]
     return rows, runs
@@ -598,9 +598,9 @@ def table5_grid(scale: str) -> dict:
             for loss in NAMES_T5}
 
 
-def table5(scale: str, store: str | None = None) -> tuple[list[dict], dict, dict]:
+def table5(scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> tuple[list[dict], dict, dict]:
     """Table 5 analogue: FedPCL's loss replaced (feature & label shift). Returns (rows, {loss: ms}, runs)."""
-    runs = run_grid(table5_grid(scale), desc="Table 5", progress=False, store=store)
+    runs = run_grid(table5_grid(scale), desc="Table 5", progress=False, store=store, runtime=runtime)
     return table5_rows(runs, scale), {loss: mean_std(recs) for loss, recs in runs.items()}, runs
 
 
@@ -615,10 +615,10 @@ def table6_grid(scale: str) -> dict:
             for label, hp in VARIANTS_T6.items() for setting in SETTINGS}
 
 
-def table6(scale: str, store: str | None = None) -> tuple[list[dict], dict, dict]:
+def table6(scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> tuple[list[dict], dict, dict]:
     """Table 6 analogue: global and/or local prototypes in each setting. Returns (rows, {variant: {setting:
     ms}}, runs)."""
-    runs = run_grid(table6_grid(scale), desc="Table 6", progress=False, store=store)
+    runs = run_grid(table6_grid(scale), desc="Table 6", progress=False, store=store, runtime=runtime)
     t6 = {label: {setting: mean_std(runs[(label, setting)]) for setting in SETTINGS} for label in VARIANTS_T6}
     return table6_rows(runs), t6, runs
 
@@ -644,7 +644,7 @@ def paper_scale_runs(table: str) -> dict | None:
     return complete_runs("fedpcl", tables("paper")[table])
 
 
-def plot_backbone_similarity(scale: str):
+def plot_backbone_similarity(scale: str, runtime: Runtime = ON_CPU):
     """Fig. 5 analogue: per client, how close the prototypes made from one backbone's features alone are to
     the fused prototypes (cosine, normalised over backbones), after a FedPCL run under feature shift."""
     import matplotlib.pyplot as plt
@@ -653,9 +653,7 @@ def plot_backbone_similarity(scale: str):
 
     from fedlib.backbones import BACKBONES
     from fedlib.data.domains import DOMAIN_LABELS, DOMAINS
-    from fedlib.studies.grid import trained_here as trained
-
-    federation = trained(config("fedpcl", "feature shift", MULTI, scale))
+    federation = runtime.trained(config("fedpcl", "feature shift", MULTI, scale))
     fed = federation.data
     dims = np.cumsum([0] + [BACKBONES[b].dim for b in MULTI])
     S = np.zeros((len(MULTI), fed.num_clients))
@@ -690,18 +688,19 @@ def noise_grid(scale: str) -> dict:
                           seeds) for s in NOISE}
 
 
-def noise_sweep(scale: str) -> tuple[list[dict], dict]:
+def noise_sweep(scale: str, runtime: Runtime = ON_CPU) -> tuple[list[dict], dict]:
     """FedPCL (official code's loss) with Gaussian noise of std sigma added to the uploaded prototypes."""
-    runs = run_grid(noise_grid(scale), desc="noise", progress=False)
+    runs = run_grid(noise_grid(scale), desc="noise", progress=False, runtime=runtime)
     return [{"noise std": s, "FedPCL acc": fmt(mean_std(recs))} for s, recs in runs.items()], runs
 
 
-def table1(table2_runs: dict, scale: str) -> tuple[list[dict], list]:
+def table1(table2_runs: dict, scale: str, runtime: Runtime = ON_CPU) -> tuple[list[dict], list]:
     """Table 1 analogue: FedAvg from scratch (cnn3) against FedAvg on 1 and 3 frozen backbones."""
     import numpy as np
 
     seeds = SCALES[scale].seeds
-    scratch = run_all(with_seeds(config("fedavg", "feature shift", None, scale, model="cnn3"), seeds), progress=False)
+    scratch = run_all(with_seeds(config("fedavg", "feature shift", None, scale, model="cnn3"), seeds), progress=False,
+                      runtime=runtime)
     modes = (("from scratch (cnn3)", scratch, "from scratch (ResNet18)"),
              ("1 frozen backbone", table2_runs[("s", "fedavg")], "1 pre-trained model"),
              ("3 frozen backbones", table2_runs[("m", "fedavg")], "3 pre-trained models"))

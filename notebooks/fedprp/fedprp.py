@@ -17,12 +17,13 @@ from fedlib.experiment import Config, make_config
 from fedlib.plots import chance_line
 from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Sentence, versus
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
+    ON_CPU,
+    Runtime,
     fmt,
     mean_std,
     method_labels,
     run_all,
     run_grid,
-    set_runtime,
     with_seeds,
 )
 from fedlib.studies.grid import Budget, Scales, convergence_grid
@@ -496,10 +497,10 @@ def comparison_grid(scale: str) -> dict:
             for ds in sc.datasets for kind in KINDS for m in METHODS}
 
 
-def comparison(scale: str, store: str | None = None) -> dict:
+def comparison(scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> dict:
     """Tables I, II, III and V: every method on both datasets under sharding (the headline seeds) and
     Dirichlet skew (the dataset's seeds), first long-tail gamma: {(dataset, kind, method): records}."""
-    return run_grid(comparison_grid(scale), desc="Tables I, II, III, V", store=store)
+    return run_grid(comparison_grid(scale), desc="Tables I, II, III, V", store=store, runtime=runtime)
 
 
 def _fmt_last(records, metric, scale):
@@ -662,9 +663,9 @@ def table3_grid(scale: str) -> dict:
             for kind in KINDS for m in PAPER_T3[kind]}
 
 
-def late_clients(scale: str, store: str | None = None) -> tuple[list[dict], dict, dict]:
+def late_clients(scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> tuple[list[dict], dict, dict]:
     """Table VII: clients that join in the last round. Returns (rows, {method: (A_loc, A_glo) in %}, runs)."""
-    runs = run_grid(late_clients_grid(scale), desc="Table VII", progress=False, store=store)
+    runs = run_grid(late_clients_grid(scale), desc="Table VII", progress=False, store=store, runtime=runtime)
     stats = {m: (last(recs, "a_loc", scale), last(recs, "a_glo", scale)) for m, recs in runs.items()}
     new = {m: (100 * loc[0], 100 * glo[0]) for m, (loc, glo) in stats.items()}
     rows = [{"method": LABELS[m], "new clients A_loc": fmt(loc), "A_glo": fmt(glo),
@@ -681,9 +682,9 @@ def ablation_grid(scale: str) -> dict:
             for row, (use_id, use_ic, _, _) in PAPER_T8.items()}
 
 
-def ablation(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
+def ablation(scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> tuple[list[dict], dict]:
     """Table VIII: FedPRP with L_ID and/or L_IC switched off. Returns (rows, {row: records})."""
-    runs = run_grid(ablation_grid(scale), desc="Table VIII", progress=False, store=store)
+    runs = run_grid(ablation_grid(scale), desc="Table VIII", progress=False, store=store, runtime=runtime)
     rows = [{"variant": row, "L_ID": "yes" if v[0] else "no", "L_IC": "yes" if v[1] else "no",
              "A_loc": _fmt_last(runs[row], "a_loc", scale), "A_glo": _fmt_last(runs[row], "a_glo", scale),
              "paper A_loc / A_glo": f"{v[2]:.2f} / {f'{v[3]:.2f}' if v[3] is not None else '-'}"}
@@ -698,9 +699,9 @@ def beta_grid(scale: str) -> dict:
             for beta in (0.1, 0.5, 0.9)}
 
 
-def beta_sweep(scale: str, store: str | None = None) -> dict:
+def beta_sweep(scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> dict:
     """Fig. 7: the weight beta of the old global prototypes (Eq. 8): {beta: records}."""
-    return run_grid(beta_grid(scale), desc="Fig. 7", progress=False, store=store)
+    return run_grid(beta_grid(scale), desc="Fig. 7", progress=False, store=store, runtime=runtime)
 
 
 def plot_beta(beta_runs: dict, scale: str):
@@ -746,17 +747,15 @@ def beta_reading(beta_runs: dict, scale: str) -> list[str]:
     return lines
 
 
-def plot_features(scale: str, methods=("fedavg", "fedprp"), clients: int = 5):
+def plot_features(scale: str, methods=("fedavg", "fedprp"), clients: int = 5, runtime: Runtime = ON_CPU):
     """t-SNE (scikit-learn) of the features of the first clients' training images after a run (cf. Fig. 4)."""
     import matplotlib.pyplot as plt
     from sklearn.manifold import TSNE
 
-    from fedlib.studies.grid import trained_here as trained
-
     sc = SCALES[scale]
     fig, axes = plt.subplots(1, len(methods), figsize=(5.5 * len(methods), 4.2))
     for ax, m in zip(np.atleast_1d(axes), methods):
-        federation = trained(config(m, sc.datasets[0], "shards", sc.gammas[0], scale))
+        federation = runtime.trained(config(m, sc.datasets[0], "shards", sc.gammas[0], scale))
         feats, labels = [], []
         for c in federation.clients[:clients]:
             ctx = federation.context(federation.task(c, sc.rounds))

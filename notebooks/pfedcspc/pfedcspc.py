@@ -17,13 +17,14 @@ from fedlib.experiment import Config, make_config
 from fedlib.plots import chance_line, floor_line
 from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Sentence, each_above, rounds_to_final_of, versus
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
+    ON_CPU,
+    Runtime,
     fmt,
     mean_std,
     method_labels,
     nested,
     run_all,
     run_grid,
-    set_runtime,
     with_seeds,
 )
 from fedlib.studies.grid import Budget, Scales, convergence_grid
@@ -506,9 +507,9 @@ def table2_grid(scale: str) -> dict:
     return {(ds, m): with_seeds(config(m, ds, scale), sc.headline_seeds) for ds in sc.datasets for m in TABLE2}
 
 
-def table2(scale: str, store: str | None = None) -> tuple[list[dict], dict]:
+def table2(scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> tuple[list[dict], dict]:
     """Table II over the headline seeds: (rows, {dataset: {method: records}})."""
-    table = nested(run_grid(table2_grid(scale), desc="Table II", store=store))
+    table = nested(run_grid(table2_grid(scale), desc="Table II", store=store, runtime=runtime))
     return table2_rows(table, scale), table
 
 
@@ -589,7 +590,7 @@ def table3_grid(scale: str) -> dict:
             for m in TABLE3 if m not in ("fedavg", "fedavg_ft", "pfedcspc")}
 
 
-def table3(table2_: dict, scale: str, store: str | None = None, runs: dict | None = None
+def table3(table2_: dict, scale: str, store: str | None = None, runs: dict | None = None, runtime: Runtime = ON_CPU
            ) -> tuple[list[dict], dict, list]:
     """Table III: I_local of the personalized-FL baselines; FedAvg, FedAvg-FT and pFedCSPC come from Table II's
     runs (their seeds among the main seeds). Returns (rows, {dataset: {method: records}} of the personalized methods
@@ -597,7 +598,7 @@ def table3(table2_: dict, scale: str, store: str | None = None, runs: dict | Non
     used). ``runs``: the records of ``table3_grid`` at hand (committed ones); None runs the grid."""
     sc = SCALES[scale]
     seeds = sc.main_seeds
-    runs = run_grid(table3_grid(scale), desc="Table III", store=store) if runs is None else runs
+    runs = run_grid(table3_grid(scale), desc="Table III", store=store, runtime=runtime) if runs is None else runs
     table: dict[str, dict] = {ds: {} for ds in sc.datasets}
     table.update(nested(runs))
     rows, used = [], list(runs.values())
@@ -626,12 +627,15 @@ def ablations_grid(scale: str) -> dict:
     return {name: with_seeds(ablation_config(name, ds, scale), seeds) for name in ABLATION_RUNS if name != "full"}
 
 
-def ablations(table2_: dict, scale: str, store: str | None = None, runs: dict | None = None) -> dict:
+def ablations(table2_: dict, scale: str, store: str | None = None, runs: dict | None = None,
+              runtime: Runtime = ON_CPU) -> dict:
     """Tables IV and V: {run name: records} for every ablation run (FedAvg and the full method from Table II).
     ``runs``: the records of ``ablations_grid`` at hand (committed ones); None runs the grid."""
     sc = SCALES[scale]
     ds, seeds = sc.datasets[0], sc.seeds
-    runs = dict(run_grid(ablations_grid(scale), desc="Tables IV-V", store=store) if runs is None else runs)
+    if runs is None:
+        runs = run_grid(ablations_grid(scale), desc="Tables IV-V", store=store, runtime=runtime)
+    runs = dict(runs)
     runs["fedavg"] = with_seed_in(table2_[ds]["fedavg"], seeds)
     runs["full"] = with_seed_in(table2_[ds]["pfedcspc"], seeds)
     return runs
@@ -656,7 +660,8 @@ def table6_grid(scale: str) -> dict:
     return grid
 
 
-def table6(table2_: dict, scale: str, store: str | None = None, runs: dict | None = None) -> tuple[list[dict], dict]:
+def table6(table2_: dict, scale: str, store: str | None = None, runs: dict | None = None,
+           runtime: Runtime = ON_CPU) -> tuple[list[dict], dict]:
     """Table VI: pFedCSPC on other local objectives, each beside the objective alone. Returns (rows,
     {base: (records alone, records with pFedCSPC)}). ``runs``: the records of ``table6_grid`` at hand (committed
     ones); None runs what Table II has not."""
@@ -664,7 +669,7 @@ def table6(table2_: dict, scale: str, store: str | None = None, runs: dict | Non
     ds, seeds = sc.datasets[0], sc.main_seeds
     alone = {b: with_seed_in(table2_[ds][b], seeds) for b in TABLE6_BASES if b in table2_[ds]}
     todo = {k: v for k, v in table6_grid(scale).items() if k not in alone}
-    done = run_grid(todo, desc="Table VI", store=store) if runs is None else runs
+    done = run_grid(todo, desc="Table VI", store=store, runtime=runtime) if runs is None else runs
     table = {b: (alone.get(b) or done[b], done[f"+{b}"]) for b in TABLE6_BASES}
     rows = [{"method": LABELS[b], f"{ds.upper()} alone": fmt(mean_std(a, "acc_global")),
              f"{ds.upper()} +pFedCSPC": fmt(mean_std(w, "acc_global")),
@@ -730,10 +735,10 @@ def sweeps_grid(scale: str) -> dict:
     return grid
 
 
-def prototype_sweeps(ablation_runs: dict, scale: str, store: str | None = None) -> dict:
+def prototype_sweeps(ablation_runs: dict, scale: str, store: str | None = None, runtime: Runtime = ON_CPU) -> dict:
     """Fig. 6 (n_repeat x n_aug) and the number of clusters j: {(n_repeat, n_aug) | ("clusters", j): records};
     the defaults (5, 5) and j = 2 are the full method's runs."""
-    sweep = run_grid(sweeps_grid(scale), desc="Fig. 6", store=store)
+    sweep = run_grid(sweeps_grid(scale), desc="Fig. 6", store=store, runtime=runtime)
     sweep[(5, 5)] = ablation_runs["full"]
     sweep[("clusters", 2)] = ablation_runs["full"]
     return sweep
