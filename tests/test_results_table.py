@@ -1,4 +1,6 @@
 """The book's results tables: provenance read from the records, one number format, no index column, split to fit."""
+import json
+
 import pandas as pd
 
 from fedlib.cli import book_builder
@@ -455,3 +457,19 @@ def test_the_whole_book_prints_to_one_pdf_offline(tmp_path):
 
         text = subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True).stdout
         assert "alpha words" in text and "omega words" in text
+
+
+def test_differences_intervals_and_margins_stay_numbers_until_display():
+    """A table's differences, intervals and margins are numbers in the rows (a test reads ``.value``, ``.low``), text
+    only in the shown table, and the summary's JSON gives each back as it was."""
+    from fedlib.studies.report import Interval, Margin, ResultsTable, Signed, from_json, interval_cell
+
+    cells = {"difference": Signed(1.234), "95% CI": interval_cell((-0.521, 1.0)), "none": interval_cell(None),
+             "margin": Margin(0.51, (0.21, 0.8), 5), "two seeds": Margin(-0.0004, None, 2)}
+    assert cells["95% CI"] == Interval(-0.521, 1.0) and cells["none"] == "-"
+    table = ResultsTable([{"method": "A", **cells}])
+    assert table.df.iloc[0].tolist() == ["A", "+1.23", "[-0.52, +1.00]", "-", "+0.51 [+0.21, +0.80] (n=5)",
+                                         "-0.0004 (n=2)"]
+    assert table.numeric.iloc[0].tolist() == [False, True, True, False, True, True]   # a number never breaks
+    for cell in (cells["difference"], cells["95% CI"], cells["margin"], cells["two seeds"]):
+        assert from_json(json.loads(json.dumps(cell.as_json()))) == cell

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from fedlib.plots import chance_line, floor_line
 from fedlib.studies.grid import projected_hours, recording_order, stored_grid
-from fedlib.studies.report import convergence_gap, majority_floor, per_seed
+from fedlib.studies.report import convergence_gap, interval_cell, majority_floor, per_seed
 from fedlib.studies.verdicts import listed, verdict_of
 
 
@@ -67,8 +67,7 @@ class Settling:
         return {"method": self.method, "seeds": listed(map(str, self.seeds)),
                 f"round {R} (reference)": round(self.reference, 2), f"round {far} (3x)": round(self.longer, 2),
                 **paper, f"gap {far} - {R}": round(self.gap, 2),
-                "95% interval of the gap": "-" if self.interval is None else
-                f"[{self.interval[0]:+.2f}, {self.interval[1]:+.2f}]",
+                "95% interval of the gap": interval_cell(self.interval),
                 "reference std over seeds": round(self.spread, 2)}
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from fedlib.studies.grid import complete_of, stored_grid
-from fedlib.studies.report import fmt, mean_std
+from fedlib.studies.report import fmt, interval_cell, mean_std
 from fedlib.studies.verdicts import short_text, verdict_of
 
 
@@ -94,7 +94,7 @@ def difference_rows(cells: list[CellDifference], metric: str, label: Callable[[t
         v = verdict_of(c.differences)
         rows.append({**label(c.cell), "fp32": fmt(mean_std(c.base, metric)), precision: fmt(mean_std(c.other, metric)),
                      f"{precision} - fp32": round(c.mean(), 2),
-                     "95% CI": f"[{v.interval[0]:+.2f}, {v.interval[1]:+.2f}]" if v.interval else "-",
+                     "95% CI": interval_cell(v.interval),
                      "fp32 std": round(c.spread(metric), 2),
                      "within": "yes" if c.within_spread(metric) else "no"})
     return rows

@@ -5,17 +5,15 @@ from __future__ import annotations
 
 from fedlib.studies.claims import paired, side
 from fedlib.studies.decide import Compared, signed
-from fedlib.studies.report import fmt, mean_std
+from fedlib.studies.report import Margin, fmt, mean_std
 
 
 def _compared(diffs: dict[int, float]) -> Compared:
     return Compared("", tuple(diffs), tuple(diffs.values()))
 
 
-def _interval(c: Compared) -> str:
-    if c.interval is None:
-        return f"{signed(c.mean)} (n={c.n})" if c.n else "-"
-    return f"{signed(c.mean)} [{signed(c.interval[0])}, {signed(c.interval[1])}] (n={c.n})"
+def _interval(c: Compared) -> Margin | str:
+    return Margin(c.mean, c.interval, c.n) if c.n else "-"
 
 
 def reading_rows(readings: dict[tuple[str, str], list[dict]], baseline: dict[str, list[dict]],

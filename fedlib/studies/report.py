@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -50,10 +51,71 @@ class Measured(str):
         return {"measured": [self.mean, self.std, self.n] + ([] if self.accuracy else [False])}
 
 
+@dataclass(frozen=True)
+class Signed:
+    """A difference in a table cell, kept as a number until display: "+1.23" (``decide.signed``)."""
+    value: float
+
+    def __str__(self) -> str:
+        from fedlib.studies.decide import signed
+
+        return signed(self.value)
+
+    def as_json(self) -> dict:
+        return {"signed": self.value}
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A 95% interval in a table cell, kept as numbers until display: "[-0.52, +1.00]"."""
+    low: float
+    high: float
+
+    def __str__(self) -> str:
+        return f"[{self.low:+.2f}, {self.high:+.2f}]"
+
+    def as_json(self) -> dict:
+        return {"interval": [self.low, self.high]}
+
+
+@dataclass(frozen=True)
+class Margin:
+    """A paired margin in a table cell: its mean, its 95% interval (None under two seeds) and its seeds, shown as
+    "+0.51 [+0.21, +0.80] (n=5)"."""
+    mean: float
+    interval: tuple[float, float] | None
+    n: int
+
+    def __str__(self) -> str:
+        from fedlib.studies.decide import signed
+
+        bounds = "" if self.interval is None else f" [{signed(self.interval[0])}, {signed(self.interval[1])}]"
+        return f"{signed(self.mean)}{bounds} (n={self.n})"
+
+    def as_json(self) -> dict:
+        return {"margin": [self.mean, None if self.interval is None else list(self.interval), self.n]}
+
+
+def interval_cell(interval) -> Interval | str:
+    """A 95% interval (low, high) as a table cell; "-" where there is none."""
+    return "-" if interval is None else Interval(float(interval[0]), float(interval[1]))
+
+
+SHOWN = (Measured, Signed, Interval, Margin)   # the cells that keep their numbers until display
+
+
 def from_json(value):
-    """A saved table cell back as it was: ``Measured.as_json``'s form is a ``Measured`` again, anything else as is."""
-    if isinstance(value, dict) and list(value) == ["measured"]:
-        return Measured(*value["measured"])
+    """A saved table cell back as it was (each kind's ``as_json`` form), anything else as is."""
+    if isinstance(value, dict) and len(value) == 1:
+        (kind, numbers), = value.items()
+        if kind == "measured":
+            return Measured(*numbers)
+        if kind == "signed":
+            return Signed(numbers)
+        if kind == "interval":
+            return Interval(*numbers)
+        if kind == "margin":
+            return Margin(numbers[0], None if numbers[1] is None else tuple(numbers[1]), numbers[2])
     return value
 
 
@@ -208,7 +270,7 @@ def provenance_line(records: list[dict], scale: str, test_set: str) -> str:
 
 def is_number(v) -> bool:
     """A measured or counted cell (not a word, a flag or a sentence)."""
-    return isinstance(v, (Measured, int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
+    return isinstance(v, (*SHOWN, int, float, np.integer, np.floating)) and not isinstance(v, (bool, np.bool_))
 
 
 def cell_text(v) -> str:
@@ -217,6 +279,8 @@ def cell_text(v) -> str:
 
     if isinstance(v, Measured):
         return v   # kept with its numbers for the marks made at display
+    if isinstance(v, SHOWN):
+        return str(v)
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     if isinstance(v, bool):
@@ -535,7 +599,7 @@ def save_summary(chapter: str, scale: str, headline: tuple[str, list[dict]] | No
     data.update({"chapter": chapter, "scale": scale, "code_version": code_version(),
                  "saved_at": time.strftime("%Y-%m-%d %H:%M")})
     if headline is not None:
-        rows = [{k: v.as_json() if isinstance(v, Measured) else v for k, v in row.items()} for row in headline[1]]
+        rows = [{k: v.as_json() if isinstance(v, SHOWN) else v for k, v in row.items()} for row in headline[1]]
         data["headline"] = {"title": headline[0], "rows": rows,
                             "provenance": provenance_line(records or [], scale, test_set),
                             "floors": floors_of(records or [], test_set, classes_of(records or []))}

@@ -39,7 +39,7 @@ from fedlib.studies.claims import Claim, each_above
 from fedlib.studies.common import ON_CPU, Runtime, method_labels, with_seeds
 from fedlib.studies.grid import Budget, Scales, stored_grid, with_diverged
 from fedlib.studies.registry import register_chapter
-from fedlib.studies.report import fmt, local, per_seed
+from fedlib.studies.report import Signed, fmt, interval_cell, local, per_seed
 from fedlib.studies.verdicts import listed, verdict_of
 
 METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "fedproto", "ditto", "fedrep", "fedpac",
@@ -322,11 +322,10 @@ def side_by_side(runs: dict, kind: str) -> list[dict]:
             "method": LABELS[m],
             "personalized (%)": personal if not diverged else    # a diverged seed's note makes the cell text
             f"{personal} ({diverged} seed{'s' if diverged > 1 else ''} diverged)",
-            "difference to the best": "-" if to_best is None else f"{to_best.mean:+.2f}",
-            "95% CI": "-" if to_best is None or to_best.interval is None else
-            f"[{to_best.interval[0]:+.2f}, {to_best.interval[1]:+.2f}]",
+            "difference to the best": "-" if to_best is None else Signed(to_best.mean),
+            "95% CI": interval_cell(None if to_best is None else to_best.interval),
             "rank": place.rank,
-            "global model, balanced test (%)": f"{np.mean(list(glob.values())):.2f}" if glob else "-",
+            "global model, balanced test (%)": float(np.mean(list(glob.values()))) if glob else "-",
         })
     order = sorted(range(len(rows)), key=lambda i: (rows[i]["rank"], -list(ranked.values())[i].mean))
     return [rows[i] for i in order]

@@ -24,6 +24,7 @@ from fedlib.studies.fedpcl import (
 )
 
 from fedlib.studies.common import fmt, mean_std
+from fedlib.studies.report import Signed, interval_cell
 
 READING_LABELS = {"pcl": "as printed: L_g + L_p (Eq. 10)", "pcl_infonce": "InfoNCE denominators (positive included)",
                   "pcl_official": "the official code's loss and prediction (ConLoss)",
@@ -76,8 +77,8 @@ def reading_regime_rows(cells: list[dict]) -> tuple[list[dict], list[dict]]:
             "FedPCL (%)": fmt(mean_std(recs)) if recs else "-",
             "predicted as class 0 (%)": f"{predicted_share(recs):.1f}" if recs else "-",
             "best baseline (%)": f"{LABELS[best]} {fmt(mean_std(c['best_records']))}" if best else "-",
-            "FedPCL - best baseline": f"{diff.mean:+.2f}" if diff else "-",
-            "95% CI": f"[{diff.interval[0]:+.2f}, {diff.interval[1]:+.2f}]" if diff and diff.interval else "-"})
+            "FedPCL - best baseline": Signed(diff.mean) if diff else "-",
+            "95% CI": interval_cell(diff.interval if diff else None)})
     return rows, list({id(r): r for r in records}.values())
 
 
