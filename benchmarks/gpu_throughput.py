@@ -152,7 +152,7 @@ def grid_work(chapter: str, scale: str = "paper") -> tuple[int, int, float, int]
     share of its run's training set, times the local epochs, times the expected participants per round."""
 
     from fedlib.experiment.wiring import training_samples
-    from fedlib.studies.common import recording_order
+    from fedlib.recording import recording_order
     from fedlib.studies.registry import study as chapter_study
 
     study = chapter_study(chapter)

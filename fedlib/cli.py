@@ -309,7 +309,8 @@ def cmd_records(args) -> int:
 
     from fedlib.errors import check
     from fedlib.experiment import RECORDED_SCALES
-    from fedlib.studies.common import Runtime, record_grid, recording_order
+    from fedlib.recording import record_grid, recording_order
+    from fedlib.studies.common import Runtime
     from fedlib.studies.registry import study as chapter_study
 
     study = chapter_study(args.chapter)

@@ -12,7 +12,7 @@ LAYERS = [
     ["engine"],
     ["methods", "backbones"],
     ["experiment"],
-    ["flower", "results"],
+    ["flower", "results", "recording"],
     ["studies"],
     ["cli", "__main__"],
 ]

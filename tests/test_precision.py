@@ -64,8 +64,8 @@ def test_records_records_another_precision_under_keys_of_its_own(capsys, monkeyp
     them), the headline table only with --tables; refused in one line where the processor has no bf16."""
     from fedlib import results
     from fedlib.cli import main
+    from fedlib.recording import recording_order
     from fedlib.studies import fedgpa
-    from fedlib.studies.common import recording_order
 
     tables = fedgpa.tables("reference")
     fp32, bf16 = recording_order(tables, only=["headline"]), recording_order(tables, only=["headline"],
@@ -138,8 +138,8 @@ def test_fedgpa_reads_the_same_conclusions_from_both_precisions_when_they_agree(
     seed in both): the check reads the bf16 seeds alone in both precisions, and the five claims the table decides
     have the same outcome; before the bf16 records exist nothing is compared."""
     from fedlib import results
+    from fedlib.recording import recording_order
     from fedlib.studies import fedgpa
-    from fedlib.studies.common import recording_order
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     tables = fedgpa.tables("reference")

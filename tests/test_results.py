@@ -278,7 +278,7 @@ def test_fedpcl_claims_against_hand_made_results():
 @pytest.mark.slow
 def test_record_grid_writes_each_record_once_and_goes_on_after_a_failure(tmp_path):
     from fedlib.experiment.wiring import training_samples
-    from fedlib.studies.common import record_grid
+    from fedlib.recording import record_grid
 
     good = [make_config(method="fedavg", **{**DIGITS, "rounds": 1}, seed=s) for s in (0, 1)]
     broken = make_config(method="fedavg", **{**DIGITS, "rounds": 1, "dataset": "cifar10"})  # no files offline
@@ -299,7 +299,7 @@ def test_record_grid_writes_each_record_once_and_goes_on_after_a_failure(tmp_pat
 
 
 def test_the_records_log_names_what_tells_a_grid_s_runs_apart():
-    from fedlib.studies.grid import run_labels
+    from fedlib.recording import run_labels
 
     base = make_config(method="fedavg", **DIGITS)
     configs = [base, dataclasses.replace(base, lr=0.5), dataclasses.replace(base, seed=1),
@@ -319,8 +319,7 @@ def test_record_grid_projects_the_training_left_from_the_recorded_runs_rate_per_
     from types import SimpleNamespace
 
     from fedlib.experiment.wiring import training_steps
-    from fedlib.studies.common import record_grid
-    from fedlib.studies.grid import projected_hours
+    from fedlib.recording import projected_hours, record_grid
 
     good = [make_config(method="fedavg", **{**DIGITS, "rounds": 1}, seed=s) for s in (0, 1)]
     record_grid(good, "demo", workers=2, device="cpu", executor="sequential", root=tmp_path, log=lambda line: None,
@@ -342,7 +341,7 @@ def test_record_grid_projects_the_training_left_from_the_recorded_runs_rate_per_
 
 
 def test_record_grid_starts_nothing_past_its_deadline(tmp_path):
-    from fedlib.studies.common import record_grid
+    from fedlib.recording import record_grid
 
     cfgs = [make_config(method="fedavg", **{**DIGITS, "rounds": 1}, seed=s) for s in range(3)]
     summary = record_grid(cfgs, "demo", workers=1, deadline_s=0.0, device="cpu", executor="sequential",
@@ -359,7 +358,7 @@ def test_records_resume_a_killed_run_batched_group_to_the_uninterrupted_records(
     differently where its buffers lie at other addresses)."""
     from fedlib.engine.lockstep import Lockstep
     from fedlib.experiment import run_many
-    from fedlib.studies.common import record_grid
+    from fedlib.recording import record_grid
 
     cfgs = [make_config(method="fedproto", **{**DIGITS, "executor": "batched"}, seed=s) for s in (0, 1)]
     original = Lockstep.step
@@ -387,7 +386,7 @@ def test_records_resume_a_killed_run_batched_group_to_the_uninterrupted_records(
 
 
 def test_fedgpa_paper_grid_is_complete_unique_and_ordered_by_need():
-    from fedlib.studies.common import recording_order
+    from fedlib.recording import recording_order
 
     grid = recording_order(fedgpa.tables("paper"))
     keys = [c.key() for c in grid]

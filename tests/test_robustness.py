@@ -618,8 +618,8 @@ def test_clients_whose_models_do_not_fit_in_memory_are_refused_with_the_figures(
 
 
 def test_records_of_a_grid_seed_only_queue_that_seed():
+    from fedlib.recording import recording_order
     from fedlib.studies import fedgpa
-    from fedlib.studies.common import recording_order
 
     assert {c.seed for c in recording_order(fedgpa.tables("paper"), [7])} == {7}
 
@@ -1008,7 +1008,7 @@ def test_every_fedlib_error_crosses_a_process_boundary_with_its_message():
 @pytest.mark.slow
 def test_a_config_error_raised_in_a_worker_process_reaches_the_grid_intact(tmp_path):
     """Refused only once the data is loaded (in the worker): the grid names it and goes on with the rest."""
-    from fedlib.studies.common import record_grid
+    from fedlib.recording import record_grid
 
     good = make_config(method="fedavg", **{**DIGITS, "rounds": 1})
     too_big = make_config(method="fedavg", **{**DIGITS, "rounds": 1}, global_test_size=100_000)

@@ -81,8 +81,8 @@ def test_headline_grids_use_three_seeds_at_paper_scale(chapter):
 
 def test_paper_grid_orders_tables_then_seeds_and_takes_explicit_seeds():
     from fedlib.errors import ConfigError
+    from fedlib.recording import recording_order
     from fedlib.studies import fedpcl
-    from fedlib.studies.common import recording_order
 
     tables = fedpcl.tables("paper")
     grid = recording_order(tables)
@@ -236,8 +236,8 @@ def test_a_chapter_from_outside_the_package_is_registered_and_listed_everywhere(
 
     from fedlib import results
     from fedlib.cli import main
+    from fedlib.recording import recording_order
     from fedlib.studies import fedgpa, overview, registry
-    from fedlib.studies.grid import recording_order
 
     mod = types.ModuleType("mypaper")
     for name in registry.CONTRACT:
@@ -380,7 +380,7 @@ def write_made_up(chapter: str, scale: str, value, root, metrics, rounds=lambda 
     """Committed records of every config of ``chapter``'s tables (or ``tables``) at ``scale``: ``value(cfg)`` in
     every metric of ``metrics`` (None: ``value(cfg)`` is {metric: value}) at each round of ``rounds(cfg)``."""
     from fedlib import results
-    from fedlib.studies.common import recording_order
+    from fedlib.recording import recording_order
     from fedlib.studies.registry import study
 
     grids = study(chapter).declared.tables(scale)
@@ -748,7 +748,7 @@ def test_every_chapter_config_keeps_its_cache_key(tmp_path, monkeypatch):
     from pathlib import Path
 
     from fedlib import results
-    from fedlib.studies.grid import recording_order
+    from fedlib.recording import recording_order
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)   # grids that follow records (the side-by-side comparison
     # trains each cell's tuned choice) are snapshot before any record

@@ -1,8 +1,7 @@
-"""The chapters' shared helpers: ``grid`` (running grids, committed records, recording reference- and paper-scale
-grids), ``report`` (labels, mean ± std, provenance, tables, summaries) and ``verdicts`` (the verdict rule and its
-boxes). This module hands their names on, so chapters and notebooks import the common ones from one place."""
+"""The chapters' shared helpers: ``grid`` (running grids, committed records), ``report`` (labels, mean ± std,
+provenance, tables, summaries) and ``verdicts`` (the verdict rule and its boxes). This module hands their names on,
+so chapters and notebooks import the common ones from one place."""
 from fedlib.studies.grid import (
-                                 DEADLINE_GRACE_S,
                                  ON_CPU,
                                  Runtime,
                                  complete_runs,
@@ -10,8 +9,6 @@ from fedlib.studies.grid import (
                                  flat,
                                  nested,
                                  partial_seeds,
-                                 record_grid,
-                                 recording_order,
                                  run_all,
                                  run_grid,
                                  seeds_of,
@@ -42,7 +39,7 @@ from fedlib.studies.verdicts import box_html, smoke_html
 __all__ = [
     "Runtime", "ON_CPU", "complete_runs", "flat", "run_all", "run_grid", "nested", "with_seeds",
     "stored_grid", "with_diverged", "seeds_of", "partial_seeds",
-    "recording_order", "record_grid", "convergence_grid", "convergence_gap", "DEADLINE_GRACE_S", "method_labels",
+    "convergence_grid", "convergence_gap", "method_labels",
     "mean_std", "fmt", "provenance", "records_in",
     "provenance_line", "ResultsTable", "show_table", "report_stored", "box_html", "smoke_html",
     "ordered",

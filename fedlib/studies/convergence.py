@@ -10,7 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 
 from fedlib.plots import chance_line, floor_line
-from fedlib.studies.grid import projected_hours, recording_order, stored_grid
+from fedlib.recording import projected_hours, recording_order
+from fedlib.studies.grid import stored_grid
 from fedlib.studies.report import convergence_gap, interval_cell, majority_floor, per_seed
 from fedlib.studies.verdicts import listed, verdict_of
 
@@ -182,7 +183,7 @@ def convergence_verdict(found: list[Settling]) -> list[str]:
 def raising_cost(chapter: str, tables: dict, factor: int = 3) -> dict | None:
     """What the remedy for an unconverged budget costs: the chapter's reference ``tables`` (``tables("reference")``;
     its convergence table aside) recorded at ``factor`` times their rounds, projected at its committed runs' rate
-    per local step on the CPU (``grid.projected_hours``): {"runs", "hours" (process-hours), "devices"}; None before
+    per local step on the CPU (``recording.projected_hours``): {"runs", "hours" (process-hours), "devices"}; None before
     any record on a CPU."""
     from fedlib import results
 

@@ -338,8 +338,8 @@ class Chapter:
         """How much of the chapter's grid at ``scale`` (reference or paper) has committed records: runs current /
         stale / recorded as diverged of the total, their seeds, devices and training time."""
         from fedlib import results
+        from fedlib.recording import recording_order
         from fedlib.studies.claims import LONGER, LONGER_TABLE, scale_of
-        from fedlib.studies.grid import recording_order
 
         tables = self.declared.tables(scale_of(scale))
         grid = recording_order({t: g for t, g in tables.items() if scale != LONGER or t.endswith(LONGER_TABLE)})
