@@ -227,10 +227,10 @@ def test_config_groups_participation_and_evaluation_and_keeps_flat_names_keys_an
 
     flat = make_config(method="fedavg", fraction=0.5, late_clients=1, late_round=1, eval_every=2, metrics=["fedprp"],
                        eval_clients="participants", **DIGITS)
-    grouped = make_config(method="fedavg", participation=ParticipationConfig(0.5, 1, 1),
+    grouped = make_config(method="fedavg", participation=ParticipationConfig(0.5, {"late_clients": 1, "late_round": 1}),
                           evaluation={"every": 2, "metrics": ["fedprp"], "clients": "participants"}, **DIGITS)
     assert flat == grouped and flat.key() == grouped.key()
-    assert flat.participation == ParticipationConfig(fraction=0.5, late_clients=1, late_round=1)
+    assert flat.participation == ParticipationConfig(fraction=0.5, own={"late_clients": 1, "late_round": 1})
     assert flat.evaluation == EvaluationConfig(every=2, metrics=["fedprp"], clients="participants")
     # a record's config is the flat dict, and it loads back to the same config
     assert flat.flat()["fraction"] == 0.5 and "participation" not in flat.flat()

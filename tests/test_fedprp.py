@@ -327,9 +327,9 @@ def test_the_beta_reading_follows_eq_8_and_the_records():
 
 
 def test_a_papers_participation_is_registered_where_the_paper_is_and_resolved_from_the_config():
-    """No paper branch in the experiment layer: FedPRP's module registers its late-joining clients, a config
-    selects them with late_clients > 0 (keys unchanged: the same flat fields) and the registry refuses bad values
-    in one line."""
+    """No paper branch in the experiment layer: FedPRP's module registers its late-joining clients with their two
+    fields, a config selects them with late_clients > 0 (keys unchanged: the same flat fields, left out of the key
+    at their defaults) and the registry refuses bad values in one line."""
     from fedlib.engine.protocol import PARTICIPATIONS, UniformParticipation
     from fedlib.errors import ConfigError
     from fedlib.experiment import make_config, validate
@@ -345,6 +345,17 @@ def test_a_papers_participation_is_registered_where_the_paper_is_and_resolved_fr
     with pytest.raises(ConfigError, match="late_round"):
         validate(make_config(method="fedavg", dataset="digits", num_clients=10, rounds=5, late_clients=3,
                              late_round=9))
+    # the fields are FedPRP's, not the generic config's: a plain config holds none, and names them only flat
+    import dataclasses
+
+    from fedlib.experiment.config import ParticipationConfig
+
+    assert [f.name for f in dataclasses.fields(ParticipationConfig)] == ["fraction", "own"]
+    assert plain.participation.own == {}
+    assert plain.flat()["late_clients"] == 0 and make_config(**plain.flat()) == plain
+    assert make_config(method="fedavg", late_clients=0).key() == make_config(method="fedavg").key()
+    with pytest.raises(ConfigError, match="late_round"):
+        validate(make_config(method="fedavg", dataset="digits", num_clients=10, rounds=5, late_round="soon"))
 
 
 def test_fedic_client_weights_stay_finite_where_every_sigmoid_underflows():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -54,12 +55,15 @@ class UniformParticipation(Participation):
 class ParticipationSpec:
     """A registered participation: ``build(fields)`` makes it from a config's participation fields (``fraction``
     and the ones it reads); it applies where its ``selected_by`` field is set (the default, "uniform", where no
-    other's is); ``check(fields, num_clients, rounds)`` raises a ConfigError on values it cannot run."""
+    other's is); ``check(fields, num_clients, rounds)`` raises a ConfigError on values it cannot run. ``fields``: its
+    own config fields and their defaults (a config names them flat, ``make_config(late_clients=10)``; at its default
+    a field is left out of the cache key)."""
     name: str
     build: Callable[[dict], Participation]
     selected_by: str | None = None
     check: Callable[[dict, int, int], None] | None = None
     doc: str = ""
+    fields: tuple[tuple[str, Any], ...] = ()
 
 
 PARTICIPATIONS: dict[str, ParticipationSpec] = {}
@@ -68,6 +72,11 @@ PARTICIPATIONS: dict[str, ParticipationSpec] = {}
 def register_participation(spec: ParticipationSpec) -> ParticipationSpec:
     PARTICIPATIONS[spec.name] = spec
     return spec
+
+
+def participation_fields() -> dict[str, Any]:
+    """The registered participations' own fields and their defaults ({flat name: default})."""
+    return {name: default for spec in PARTICIPATIONS.values() for name, default in spec.fields}
 
 
 def participation_spec(fields: dict) -> ParticipationSpec:

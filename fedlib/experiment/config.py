@@ -15,7 +15,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedlib.engine.protocol import EvaluationPlan, LocalTraining, Participation, ParticipationSpec, participation_spec
+import fedlib.methods  # noqa: F401  (the methods' modules register their papers' participations, whose fields are config fields)
+from fedlib.engine.protocol import (
+    EvaluationPlan,
+    LocalTraining,
+    Participation,
+    ParticipationSpec,
+    participation_fields,
+    participation_spec,
+)
 from fedlib.errors import FLOAT32_TINY, check, check_fields, check_type
 from fedlib.store import env_folder
 
@@ -37,19 +45,21 @@ RECORDED_SCALES = ("reference", "paper")   # scales whose records are committed 
 
 @dataclass
 class ParticipationConfig:
-    """Who trains each round: the fields of the registered participations (``engine.protocol.PARTICIPATIONS``),
-    resolved by ``spec()`` into the one that applies."""
+    """Who trains each round: ``fraction`` and the registered participations' own fields (``own``, by their names:
+    ``ParticipationSpec.fields``, e.g. FedPRP's ``late_clients``, ``late_round``), resolved by ``spec()`` into the
+    one that applies. ``own`` holds only values that differ from their defaults."""
     fraction: float = 1.0          # clients sampled per round
-    late_clients: int = 0          # "late_clients": the last late_clients clients join at round late_round (FedPRP)
-    late_round: int = 0
+    own: dict = field(default_factory=dict)
+
+    def values(self) -> dict:
+        """Every participation field: ``fraction``, each registered participation's own at its value or default."""
+        return {"fraction": self.fraction, **participation_fields(), **self.own}
 
     def spec(self) -> ParticipationSpec:
-        import fedlib.methods  # noqa: F401  (the methods' modules register their papers' participations)
-
-        return participation_spec(vars(self))
+        return participation_spec(self.values())
 
     def schedule(self) -> Participation:
-        return self.spec().build(vars(self))
+        return self.spec().build(self.values())
 
 
 @dataclass
@@ -74,8 +84,7 @@ class EvaluationConfig:
 # the groups' fields under the flat names configs, records, cache keys and the command line use
 # (``make_config(fraction=0.1)``, ``--set eval_every=5``)
 FLAT_NAMES: dict[str, tuple[str, str]] = {
-    "fraction": ("participation", "fraction"), "late_clients": ("participation", "late_clients"),
-    "late_round": ("participation", "late_round"),
+    "fraction": ("participation", "fraction"),
     "eval_every": ("evaluation", "every"), "eval_personal_global": ("evaluation", "personal_global"),
     "global_test_size": ("evaluation", "global_test_size"), "metrics": ("evaluation", "metrics"),
     "eval_clients": ("evaluation", "clients"), "average_global": ("evaluation", "average_global"),
@@ -149,6 +158,8 @@ class Config:
             value = getattr(self, f.name)
             out.update({flat: getattr(value, name) for flat, (group, name) in FLAT_NAMES.items() if group == f.name}
                        if f.name in GROUPS else {f.name: value})
+            if f.name == "participation":   # the registered participations' own fields, each under its name
+                out.update({name: value.values()[name] for name in PARTICIPATION_FIELDS})
         return copy.deepcopy(out)
 
     def updated(self, **changes) -> Config:
@@ -167,12 +178,12 @@ class Config:
         return dataclasses.replace(self, **BUDGETS[budget])
 
 
-FIELDS = {f.name for f in dataclasses.fields(Config)} | set(FLAT_NAMES)
+PARTICIPATION_FIELDS = participation_fields()   # {name: default} of the registered participations' own fields
+FIELDS = {f.name for f in dataclasses.fields(Config)} | set(FLAT_NAMES) | set(PARTICIPATION_FIELDS)
 # fields whose default leaves results as they were before the field existed: omitted from the key then
 OFF_BY_DEFAULT: dict[str, Any] = {"data_options": {}, "backbones": None, "metrics": [], "eval_clients": "all",
-                                  "average_global": False, "late_clients": 0, "late_round": 0,
-                                  "eval_finetune_epochs": 0, "secure_aggregation": None, "drop_last": False,
-                                  "precision": "fp32"}
+                                  "average_global": False, "eval_finetune_epochs": 0, "secure_aggregation": None,
+                                  "drop_last": False, "precision": "fp32", **PARTICIPATION_FIELDS}
 
 
 ENGINES = ("inprocess", "flower")   # how clients run: fedlib.experiment.runner.ENGINE_RUNNERS
@@ -213,6 +224,14 @@ def make_config(**kwargs) -> Config:
             check(name not in groups[group], flat, kwargs[flat],
                   f"given once: {group}.{name}={groups[group].get(name)!r} is given too")
             groups[group][name] = kwargs.pop(flat)
+    own = groups["participation"].setdefault("own", {})
+    for name in PARTICIPATION_FIELDS:
+        if name in kwargs:
+            check(name not in own, name, kwargs[name], f"given once: participation.own[{name!r}] is given too")
+            own[name] = kwargs.pop(name)
+    check(set(own) <= set(PARTICIPATION_FIELDS), "participation.own", own,
+          f"fields of the registered participations: {', '.join(PARTICIPATION_FIELDS)}")
+    groups["participation"]["own"] = {k: v for k, v in own.items() if v != PARTICIPATION_FIELDS[k]}
     return Config(**kwargs, **{name: GROUPS[name](**values) for name, values in groups.items()})
 
 
@@ -326,8 +345,11 @@ def validate(cfg: Config) -> None:
     check(ev.clients in ("all", "participants"), "eval_clients", ev.clients, "'all' or 'participants'")
     check(isinstance(ev.finetune_epochs, (int, np.integer)) and ev.finetune_epochs >= 0,
           "eval_finetune_epochs", ev.finetune_epochs, "a non-negative number of epochs")
+    for name, value in part.own.items():   # a registered participation's field has its default's type
+        kind = type(PARTICIPATION_FIELDS[name])
+        check(type(value) is kind or (kind is float and type(value) is int), name, value, f"a {kind.__name__}")
     spec = part.spec()
     if spec.check is not None:
-        spec.check(vars(part), cfg.num_clients, cfg.rounds)
+        spec.check(part.values(), cfg.num_clients, cfg.rounds)
     resolve_metric_sets(ev.metric_sets())
     cfg.built_method()  # validates the hyperparameters

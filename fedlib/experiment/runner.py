@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from fedlib.errors import TrainingDiverged, check
-from fedlib.experiment.config import DEFAULT_CACHE, Config, validate
+from fedlib.experiment.config import DEFAULT_CACHE, PARTICIPATION_FIELDS, Config, validate
 from fedlib.experiment.records import (
     atomic_json,
     cache_lock,
@@ -105,8 +105,8 @@ def engine_runner(name: str):
 # evaluation, length); every other field (method and hyperparameters, model, data, optimiser, lr, epochs,
 # batch size, device) is shared
 PER_RUN_FIELDS = ("seed", "partition", "num_clients", "rounds", "eval_every", "fraction", "global_test_size",
-                  "eval_personal_global", "metrics", "eval_clients", "average_global", "late_clients", "late_round",
-                  "eval_finetune_epochs")
+                  "eval_personal_global", "metrics", "eval_clients", "average_global", "eval_finetune_epochs",
+                  *PARTICIPATION_FIELDS)
 
 
 # run-batched runs write their checkpoints at most this often (and when they stop): a round of many runs

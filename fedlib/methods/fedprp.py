@@ -275,10 +275,11 @@ def _check_late_clients(fields: dict, num_clients: int, rounds: int) -> None:
           f"a round in (0, rounds={rounds}) at which the late clients join")
 
 
-# a config selects it with late_clients > 0 (the fields keep their flat names, so records keep their keys)
+# a config selects it with late_clients > 0; its two fields are config fields under these names (records keep keys)
 register_participation(ParticipationSpec(
     "late_clients", lambda f: LateClients(f["late_clients"], f["late_round"], f["fraction"]), "late_clients",
-    _check_late_clients, "FedPRP Table VII: the last late_clients clients join at round late_round"))
+    _check_late_clients, "FedPRP Table VII: the last late_clients clients join at round late_round",
+    fields=(("late_clients", 0), ("late_round", 0))))
 
 
 # ---------------------------------------------------------------------- metric sets of this paper
