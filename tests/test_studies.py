@@ -347,7 +347,7 @@ def test_a_status_box_says_a_scale_is_complete_once_every_run_is_recorded_or_rec
 def test_a_chapters_recorded_tables_render_the_committed_records_and_a_dash_where_none_is(tmp_path, monkeypatch):
     """pFedCSPC's Table II at reference scale from committed records only: FedAvg's three seeds (80, 82, 84) give
     82.00 ± 1.63 (population std), a method without records reads "-", and nothing is trained; FedPRP's comparison
-    grid gives Tables I, II and V, and III, each on its own test set."""
+    grid gives Tables I, II and V, and III and Table V's two alpha columns, each on its own test set."""
     import IPython.display
 
     from fedlib import results
@@ -370,7 +370,8 @@ def test_a_chapters_recorded_tables_render_the_committed_records_and_a_dash_wher
     assert "Global (ACC_global)" in table.caption and "Local (I_local" in table.caption   # its two test sets
     empty = {cell: [] for cell in chapters()["fedprp"].headline_grid("reference")}
     tables = chapters()["fedprp"].declared.recorded_tables(empty, "reference")
-    assert list(tables) == ["Table I", "Tables II and V", "Table III (gamma = 0.05, 20 clients, 8 a round)"]
+    assert list(tables) == ["Table I", "Tables II and V", "Table III (gamma = 0.05, 20 clients, 8 a round)",
+                            "Table V's two alpha columns (gamma = 0.1) on one split, the official code's"]
     assert tables["Table I"][2].floor == "uniform" and "A_sel" in tables["Tables II and V"][2]
     assert all(v == "-" for rows, _, _ in tables.values() for row in rows for k, v in row.items()
                if k not in ("method", "partition") and not k.startswith("paper"))
@@ -840,8 +841,10 @@ def test_fedpcl_readings_per_regime_against_the_best_baseline_and_why_solo_is_ha
     official = by[("100 per domain (official)", "m", fedpcl_readings.READING_LABELS["pcl_official"])]
     infonce = by[("100 per domain (official)", "m", fedpcl_readings.READING_LABELS["pcl_infonce"])]
     half = stats.t.ppf(0.975, 2) * 1 / np.sqrt(3)
-    assert infonce["FedPCL - best baseline"] == "+1.00" and infonce["95% CI"] == f"[{1 - half:+.2f}, {1 + half:+.2f}]"
-    assert official["FedPCL - best baseline"] == "+5.00" and official["95% CI"] == "[+5.00, +5.00]"
+    assert infonce["FedPCL - best baseline"].value == pytest.approx(1.0)   # numbers until display
+    assert str(infonce["FedPCL - best baseline"]) == "+1.00" and infonce["95% CI"].low == pytest.approx(1 - half)
+    assert str(infonce["95% CI"]) == f"[{1 - half:+.2f}, {1 + half:+.2f}]"
+    assert str(official["FedPCL - best baseline"]) == "+5.00" and str(official["95% CI"]) == "[+5.00, +5.00]"
     assert official["best baseline (%)"].startswith("Solo 62.00") and official["predicted as class 0 (%)"] == "10.0"
     assert len(records) == 12
     lines = fedpcl_readings.reading_regime_lines(cells)
@@ -879,7 +882,7 @@ def test_fedpcls_reading_prose_states_what_the_committed_records_and_the_paper_s
         if r["reading"] == printed:   # collapses in this chapter's regime, not in the official one
             assert share >= 30 if r["regime"] == own else share <= 20
         elif r["regime"] == own:   # every reading without the collapse within 3 points of the best baseline
-            assert abs(float(r["FedPCL - best baseline"])) <= 3
+            assert abs(r["FedPCL - best baseline"].value) <= 3
     assert sum(r["best baseline (%)"].startswith("Solo") for r in recorded) > len(recorded) / 2
     solo = fedpcl_readings.solo_lines()
     assert len(solo) == 4   # Solo ahead of FedAvg (interval above 0) and level with the best other baseline
