@@ -5,6 +5,7 @@ from fedlib.data.partition import (
     class_counts,
     dirichlet,
     dirichlet_blocks,
+    dirichlet_sized,
     fedgpa_setting,
     iid,
     local_test_indices,
@@ -105,6 +106,25 @@ def test_skew_settings_2_3_draw_n_and_k_from_their_sets(setting):
     assert set(ks) <= {3, 4, 5, 6, 7} and len(set(ks)) > 1
     sizes = set(counts.sum(1))
     assert sizes == {600} if setting == 2 else sizes <= {300, 900, 1500} and len(sizes) > 1
+
+
+@pytest.mark.parametrize("alpha", [0.3, 1.0])
+def test_dirichlet_sized_fixes_the_client_size_and_its_concentration_matches_the_dirichlet_moment(alpha):
+    # for shares p ~ Dir(alpha, ..., alpha) over K classes, E[sum_c p_c^2] = (alpha + 1) / (K alpha + 1)
+    labels = np.repeat(np.arange(10), 100_000)
+    parts = dirichlet_sized(labels, 1000, np.random.default_rng(0), alpha=alpha, n=600)
+    assert_disjoint(parts, 600_000)
+    counts = class_counts(labels, parts, 10)
+    assert (counts.sum(1) == 600).all()
+    assert ((counts / 600) ** 2).sum(1).mean() == pytest.approx((alpha + 1) / (10 * alpha + 1), abs=0.01)
+
+
+def test_dirichlet_sized_through_the_dispatcher_is_seeded_and_runs_out_clearly():
+    spec = {"name": "dirichlet_sized", "alpha": 0.3, "n": 600}
+    one, two = (partition(np.repeat(np.arange(10), 6000), 10, 20, spec, seed=4) for _ in range(2))
+    assert all(np.array_equal(a, b) for a, b in zip(one, two))
+    with pytest.raises(ConfigError, match="ran out"):
+        partition(LABELS, 10, 20, spec, 0)   # 12,000 samples asked of 6,000
 
 
 def test_long_tail_ratio():

@@ -222,9 +222,12 @@ def test_fedgpa_claims_against_hand_made_results():
     mu = {(20, 0.0): 80, (20, 0.5): 85, (20, 1.0): 82, (80, 0.0): 80, (80, 0.5): 86, (80, 1.0): 90}
     sweep = {(m, s): seeds3(base[m] - s / 40, jitter=(-1) ** k) for s in fedgpa.SWEEP_S for k, m in enumerate(methods)}
     more = {(m, s): seeds3(base[m] + 1, jitter=(-1) ** k) for s in (20, 80) for k, m in enumerate(methods)}
+    dirichlet = {(m, b): seeds3({**base, "pfedme": 83}[m] - b, jitter=(-1) ** k) for b in fedgpa.DIRICHLET_BETAS
+                 for k, m in enumerate(fedgpa.DIRICHLET_METHODS)}
     found = outcomes("fedgpa", {"comparison": runs, "ablation": ablation,
                                 "mu_sweep": {k: seeds3(v, jitter=-1) for k, v in mu.items()},
-                                fedgpa.SWEEP_TABLE: sweep, fedgpa.MORE_DATA_TABLE: more})
+                                fedgpa.SWEEP_TABLE: sweep, fedgpa.MORE_DATA_TABLE: more,
+                                fedgpa.DIRICHLET_TABLE: dirichlet})
     assert found == {c.id: "does not hold" if c.id == "mu_balance" else "not checked" if c.scales else "holds"
                      for c in fedgpa.CLAIMS}   # a speed is read at paper scale only
     one = outcomes("fedgpa", {"comparison": {k: v[:1] for k, v in runs.items()}})

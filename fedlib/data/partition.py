@@ -156,7 +156,7 @@ def skew(labels: np.ndarray, num_clients: int, rng: np.random.Generator, s: floa
     check(0 <= s <= 100, "s", s, "a percentage in [0, 100]")
     n_choices, k_choices = _as_choices(n, "n"), _as_choices(k, "k")
     check(max(k_choices) <= len(classes), "k", k, f"at most the number of classes ({len(classes)})")
-    pools = {int(c): list(rng.permutation(np.flatnonzero(labels == c))) for c in classes}
+    pools = _class_pools(labels, rng)
     parts = []
     for _ in range(num_clients):
         n_i, k_i = int(rng.choice(n_choices)), int(rng.choice(k_choices))
@@ -167,15 +167,43 @@ def skew(labels: np.ndarray, num_clients: int, rng: np.random.Generator, s: floa
         dominant = rng.choice(classes, size=k_i, replace=False)
         for c, m in zip(dominant, _split_evenly(n_i - uniform, k_i, rng)):
             counts[int(c)] += int(m)
-        part = []
-        for c, m in counts.items():
-            if m > len(pools[c]):
-                raise ConfigError("n", n, f"the pool of class {c} ran out ({len(pools[c])} left, {m} needed): "
-                                  f"use fewer clients or a smaller n")
-            part += pools[c][:m]
-            del pools[c][:m]
-        parts.append(np.sort(np.array(part, dtype=np.int64)))
+        parts.append(_take(pools, counts, n))
     return parts
+
+
+def dirichlet_sized(labels: np.ndarray, num_clients: int, rng: np.random.Generator, alpha: float,
+                    n: int | Sequence[int]) -> list[np.ndarray]:
+    """Label skew at a fixed client size (FedGPA Appendix A.2, Table A.9): each client's class shares ~ Dir(alpha)
+    over all classes, its ``n`` samples split over them by largest remainder and drawn without replacement from the
+    shared pool (``dirichlet`` instead splits each class over the clients, so client sizes vary). ``n``: a fixed
+    integer or a list to draw from per client."""
+    check(alpha > 0, "alpha", alpha, "a positive number (smaller is more skewed)")
+    n_choices = _as_choices(n, "n")
+    pools = _class_pools(labels, rng)
+    parts = []
+    for _ in range(num_clients):
+        n_i = int(rng.choice(n_choices))
+        shares = rng.dirichlet(np.full(len(pools), float(alpha)))
+        parts.append(_take(pools, dict(zip(pools, (int(m) for m in largest_remainder(shares, n_i)))), n))
+    return parts
+
+
+def _class_pools(labels: np.ndarray, rng: np.random.Generator) -> dict[int, list[int]]:
+    """{class: its sample indices in random order}: the shared pool that ``_take`` draws clients from."""
+    return {int(c): list(rng.permutation(np.flatnonzero(labels == c))) for c in np.unique(labels)}
+
+
+def _take(pools: dict[int, list[int]], counts: dict[int, int], n) -> np.ndarray:
+    """A client's samples: the first ``counts[c]`` left in each class's pool, removed from it (no two clients share
+    a sample); ``n`` names the size that ran a pool out."""
+    part: list[int] = []
+    for c, m in counts.items():
+        if m > len(pools[c]):
+            raise ConfigError("n", n, f"the pool of class {c} ran out ({len(pools[c])} left, {m} needed): "
+                                      f"use fewer clients or a smaller n")
+        part += pools[c][:m]
+        del pools[c][:m]
+    return np.sort(np.array(part, dtype=np.int64))
 
 
 def domains(labels: np.ndarray, num_clients: int, rng: np.random.Generator, domains: np.ndarray,
@@ -251,6 +279,12 @@ PARTITIONERS: dict[str, Partitioner] = {
     ),
     "shards": Partitioner(
         "shards", shards, {"s": "classes per client in [1, K]"}, "pathological: s classes per client"
+    ),
+    "dirichlet_sized": Partitioner(
+        "dirichlet_sized",
+        dirichlet_sized,
+        {"alpha": "concentration > 0", "n": "samples per client (int or list)"},
+        "label skew at a fixed client size: each client's class shares ~ Dir(alpha) (FedGPA Table A.9)",
     ),
     "domains": Partitioner(
         "domains",
