@@ -43,6 +43,15 @@ class Statistic:
 Metric = str | Statistic
 
 
+def mean_over_rounds(metric: str, name: str) -> Statistic:
+    """``metric`` (in %) averaged over a run's evaluated rounds: where a run stands during the whole of training (a
+    figure's curve), not only at its end."""
+    def of(record: dict, peers: Peers) -> float | None:
+        values = [row[metric] for row in record.get("history", []) if metric in row]
+        return 100 * float(np.mean(values)) if values else None
+    return Statistic(name, of)
+
+
 def first_reach(record: dict, metric: str, target: float) -> int | None:
     """The first evaluated round whose ``metric`` reaches ``target`` (None: never)."""
     return next((int(row["round"]) for row in record.get("history", []) if metric in row and row[metric] >= target),

@@ -25,6 +25,7 @@ from fedlib.studies.claims import (
     chain,
     cut,
     each_above,
+    mean_over_rounds,
     rounds_to_final_of,
     versus,
 )
@@ -221,14 +222,7 @@ def _weights_statistic(name: str, which: str, of) -> Statistic:
 ENTROPY = {w: _weights_statistic(f"mean row entropy of {w}", w, entropy_rows) for w in ("alpha", "beta")}
 SELF_WEIGHT = {w: _weights_statistic(f"mean self-weight in {w}", w, lambda W: np.diag(W).mean()) for w in ("alpha",
                                                                                                          "beta")}
-def _mean_over_rounds(record: dict, peers) -> float | None:
-    """The mean of a run's personalized accuracy (%) over its evaluated rounds: how it stands during the whole of
-    training, not only at its end."""
-    values = [row[METRIC] for row in record["history"] if METRIC in row]
-    return 100 * float(np.mean(values)) if values else None
-
-
-MEAN_OVER_ROUNDS = Statistic("personalized accuracy, mean over the evaluated rounds", _mean_over_rounds)
+MEAN_OVER_ROUNDS = mean_over_rounds(METRIC, "personalized accuracy, mean over the evaluated rounds")
 # Fig. 7's "converges faster": rounds to a baseline's final accuracy (that seed's, Setting 1), read on both runs
 FASTER = {(m, s): rounds_to_final_of("comparison", (m, 1, s), METRIC, f"rounds to {LABELS[m]}'s final accuracy")
           for m in METHODS for s in (20, 80)}
