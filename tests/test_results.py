@@ -224,10 +224,12 @@ def test_fedgpa_claims_against_hand_made_results():
     more = {(m, s): seeds3(base[m] + 1, jitter=(-1) ** k) for s in (20, 80) for k, m in enumerate(methods)}
     dirichlet = {(m, b): seeds3({**base, "pfedme": 83}[m] - b, jitter=(-1) ** k) for b in fedgpa.DIRICHLET_BETAS
                  for k, m in enumerate(fedgpa.DIRICHLET_METHODS)}
+    clients = {(m, method): seeds3(base[method] - m / 50, jitter=(-1) ** k) for m in fedgpa.CLIENT_COUNTS
+               for k, method in enumerate(fedgpa.PAPER_T6)}
     found = outcomes("fedgpa", {"comparison": runs, "ablation": ablation,
                                 "mu_sweep": {k: seeds3(v, jitter=-1) for k, v in mu.items()},
                                 fedgpa.SWEEP_TABLE: sweep, fedgpa.MORE_DATA_TABLE: more,
-                                fedgpa.DIRICHLET_TABLE: dirichlet})
+                                fedgpa.DIRICHLET_TABLE: dirichlet, fedgpa.CLIENTS_TABLE: clients})
     assert found == {c.id: "does not hold" if c.id == "mu_balance" else "not checked" if c.scales else "holds"
                      for c in fedgpa.CLAIMS}   # a speed is read at paper scale only
     one = outcomes("fedgpa", {"comparison": {k: v[:1] for k, v in runs.items()}})
