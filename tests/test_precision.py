@@ -139,17 +139,17 @@ def test_fedgpa_reads_the_same_conclusions_from_both_precisions_when_they_agree(
     have the same outcome; before the bf16 records exist nothing is compared."""
     from fedlib import results
     from fedlib.recording import recording_order
-    from fedlib.studies import fedgpa
+    from fedlib.studies import fedgpa, fedgpa_pages
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     tables = fedgpa.tables("reference")
     for cfg in recording_order(tables, only=["headline"]):
         _write(cfg, 0.80 + (0.01 if cfg.method == "fedgpa" else 0.0) + 0.002 * cfg.seed, tmp_path)
-    assert fedgpa.precision_check()[0] == [] and fedgpa.precision_check()[3] == []
+    assert fedgpa_pages.precision_check()[0] == [] and fedgpa_pages.precision_check()[3] == []
     assert fedgpa.SCALES["reference"].seeds == [0, 1, 2, 3, 4]
     for cfg in recording_order(tables, only=["headline"], precision="bf16", seeds=[0, 1, 2]):
         _write(cfg, 0.80 + (0.01 if cfg.method == "fedgpa" else 0.0) + 0.002 * cfg.seed + 0.0005, tmp_path)
-    rows, records, summary, conclusions = fedgpa.precision_check()
+    rows, records, summary, conclusions = fedgpa_pages.precision_check()
     assert len(rows) == 20 and len(records) == 120 and {r["bf16 - fp32"] for r in rows} == {0.05}
     assert summary.startswith("20 of 20 cells")
     assert conclusions and all(r["same outcome"] == "yes" for r in conclusions)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedlib.experiment import make_config
-from fedlib.studies import fedgpa, pfedcspc
+from fedlib.studies import fedgpa, fedgpa_pages, pfedcspc
 from fedlib.studies.common import run_grid
 from fedlib.studies.registry import chapters
 
@@ -39,8 +39,8 @@ def test_fedgpa_setting_table_is_mean_and_population_std_over_seeds():
             ("fedavg", 1, 80): [fake(0, [0.1, 0.50])],
             ("fedgpa", 1, 20): [fake(0, [0.3, 0.80]), fake(1, [0.3, 0.90]), fake(2, [0.3, 0.70])],
             ("fedgpa", 1, 80): [fake(0, [0.2, 0.40])]}
-    rows = fedgpa.comparison_rows(runs, "book")
-    table, records = fedgpa.setting_table(rows, runs, 1, ["fedgpa", "fedavg"], "book")
+    rows = fedgpa_pages.comparison_rows(runs, "book")
+    table, records = fedgpa_pages.setting_table(rows, runs, 1, ["fedgpa", "fedavg"], "book")
     ours = table["ours (book)"]
     assert list(ours.index) == ["FedGPA", "FedAvg"]                     # the order asked for
     assert ours.loc["FedAvg", 20] == "65.00 ± 5.00 (n=2)"                     # last evaluations 0.6, 0.7
@@ -144,10 +144,10 @@ def test_scales_refuse_missing_scales_and_budgets_of_another_kind():
 def test_margin_stability_reads_the_committed_paper_records_cut_at_each_round():
     """Each row's margin at round R is its deciding comparison's mean over the seeds it pairs, read straight from the
     records' history rows of round R (the comparison's two cells, paired by seed)."""
-    from fedlib.studies import fedgpa
-    from fedlib.studies.claims import differences
+    from fedlib.studies import fedgpa, fedgpa_pages
+    from fedlib.studies.claims import cut, differences
 
-    rows = fedgpa.margin_stability(rounds=(10, 150))
+    rows = fedgpa_pages.margin_stability(rounds=(10, 150))
     if not rows:
         pytest.skip("no paper-scale records to cut")
     chapter = chapters()["fedgpa"]
@@ -157,9 +157,10 @@ def test_margin_stability_reads_the_committed_paper_records_cut_at_each_round():
         label = row["deciding comparison (round 150)"]
         comparison = next(c for c in claim.comparisons(evidence, fedgpa.LABELS) if c.label == label)
         for R in (10, 150):
-            cut = {t: {k: [fedgpa.cut(r, R) for r in recs] for k, recs in cells.items()}
-                   for t, cells in evidence.items()}
-            assert row[f"round {R}"] == pytest.approx(np.mean(list(differences(comparison, cut).values())), abs=0.006)
+            at_round = {t: {k: [cut(r, R) for r in recs] for k, recs in cells.items()}
+                        for t, cells in evidence.items()}
+            assert row[f"round {R}"] == pytest.approx(np.mean(list(differences(comparison, at_round).values())),
+                                                      abs=0.006)
 
 
 def test_raising_the_budget_is_projected_at_the_recorded_rate_per_local_step(monkeypatch, tmp_path):
@@ -197,7 +198,7 @@ def test_raising_the_budget_is_projected_at_the_recorded_rate_per_local_step(mon
 
 
 def test_settlings_compare_the_reference_endpoint_with_3x_and_the_paper():
-    from fedlib.studies import fedgpa
+    from fedlib.studies import fedgpa, fedgpa_pages
 
     def record(seed, rounds, accs):
         hist = [{"round": r, "personal_local_acc": a} for r, a in zip(range(5, rounds + 1, 5), accs)]
@@ -206,7 +207,7 @@ def test_settlings_compare_the_reference_endpoint_with_3x_and_the_paper():
     reference = {"fedgpa": [record(0, 10, [0.70, 0.80]), record(1, 10, [0.70, 0.82]), record(2, 10, [0.7, 0.84])]}
     longer = {"fedgpa": [record(0, 30, [0.70, 0.80, 0.83, 0.84, 0.85, 0.855])]}
     paper = {"fedgpa": [record(0, 150, [0.7] * 29 + [0.9])]}
-    (found,) = fedgpa.settlings(reference, longer, paper)
+    (found,) = fedgpa_pages.settlings(reference, longer, paper)
     row = found.row()
     assert row["round 10 (reference)"] == 80.0 and row["round 30 (3x)"] == 85.5 and row["round 150 (paper)"] == 90.0
     assert row["gap 30 - 10"] == 5.5 and row["reference std over seeds"] == pytest.approx(1.63, abs=0.01)
@@ -216,14 +217,14 @@ def test_settlings_compare_the_reference_endpoint_with_3x_and_the_paper():
     # a second seed at 3x: the endpoints are means over the paired seeds (0 and 1), the gap gets a t(1) interval
     # (by hand: gaps 5.5 and 5.0 -> 5.25 +- 12.706 x 0.3536 / sqrt 2 = 3.18); the paper column waits for seed 1
     longer["fedgpa"].append(record(1, 30, [0.70, 0.80, 0.83, 0.84, 0.85, 0.87]))
-    (found,) = fedgpa.settlings(reference, longer, paper)
+    (found,) = fedgpa_pages.settlings(reference, longer, paper)
     row = found.row()
     assert row["seeds"] == "0 and 1" and row["round 10 (reference)"] == 81.0 and row["round 30 (3x)"] == 86.25
     assert row["gap 30 - 10"] == 5.25 and str(row["95% interval of the gap"]) == "[+2.07, +8.43]"
     assert found.interval == pytest.approx((5.25 - 3.1765, 5.25 + 3.1765), abs=1e-3)
     assert row["round 150 (paper)"] is None and found.paper is None
     paper["fedgpa"].append(record(1, 150, [0.7] * 29 + [0.92]))
-    (found,) = fedgpa.settlings(reference, longer, paper)
+    (found,) = fedgpa_pages.settlings(reference, longer, paper)
     assert found.row()["round 150 (paper)"] == 91.0 and found.paper == pytest.approx(91.0)
     assert "(mean over seeds 0 and 1): still moving" in fedgpa.convergence_verdict([found])[0]
 
@@ -506,10 +507,10 @@ def test_fedgpa_says_why_fedprox_equals_fedavg_from_the_runs():
                  "config": {"method": method, "lr": 0.02, "hyper": {}}}]
 
     runs = {("fedavg", 1, 20): recs(0.80, "fedavg"), ("fedprox", 1, 20): recs(0.8002, "fedprox")}
-    (note,) = fedgpa.outlier_notes(runs, ["fedavg", "fedprox"])
+    (note,) = fedgpa_pages.outlier_notes(runs, ["fedavg", "fedprox"])
     assert note.startswith("FedProx is within 0.02 points of FedAvg in every cell") and "lr * mu = 0.0002" in note
     runs[("fedprox", 1, 20)] = recs(0.85, "fedprox")
-    assert fedgpa.outlier_notes(runs, ["fedavg", "fedprox"]) == []
+    assert fedgpa_pages.outlier_notes(runs, ["fedavg", "fedprox"]) == []
 
 
 def test_fedpcl_collapse_explanation_is_stated_only_where_the_records_support_it():
@@ -774,10 +775,11 @@ def test_accuracy_plots_on_local_tests_draw_the_majority_floor():
     assert any(line.get_label() == "majority floor (40%)" and list(line.get_ydata()) == [40.0, 40.0]
                for line in ax.get_lines())
     curves = {"s = 20": {0.0: (0.8, 0.01, 3), 1.0: (0.82, 0.01, 3)}, "s = 80": {0.0: (0.7, 0.01, 3)}}
-    fig = fedgpa.plot_sweep(curves, "mu", "t", floors={"s = 20": 45.0, "s = 80": 20.0})
+    fig = fedgpa_pages.plot_sweep(curves, "mu", "t", floors={"s = 20": 45.0, "s = 80": 20.0})
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
     assert "majority floor, s = 20 (45%)" in labels and "majority floor, s = 80 (20%)" in labels
-    fig = fedgpa.plot_sweep({"FedAvg": {0: (0.5, 0.0, 1), 80: (0.7, 0.0, 1)}}, "s", "t", floors={0: 60.0, 80: 25.0})
+    fig = fedgpa_pages.plot_sweep({"FedAvg": {0: (0.5, 0.0, 1), 80: (0.7, 0.0, 1)}}, "s", "t",
+                                  floors={0: 60.0, 80: 25.0})
     floor = next(line for line in fig.axes[0].get_lines() if line.get_label() == "majority floor")
     assert list(floor.get_xdata()) == [0, 80] and list(floor.get_ydata()) == [60.0, 25.0]
 
@@ -899,13 +901,13 @@ def test_fedgpa_ablation_from_committed_records(tmp_path, monkeypatch):
     from fedlib import results
 
     monkeypatch.setattr(results, "RESULTS", tmp_path)
-    assert fedgpa.recorded_ablation("paper") == ([], [])
+    assert fedgpa_pages.recorded_ablation("paper") == ([], [])
     for step, configs in enumerate(fedgpa.ablation_grid("paper").values()):
         for cfg in configs:
             row = {"round": cfg.rounds, "personal_local_acc": 0.86 + 0.01 * step + 0.002 * cfg.seed}
             results.write({"config": cfg.flat(), "key": cfg.key(), "seed": cfg.seed, "scale": "paper",
                            "history": [row], "final": row}, "fedgpa", tmp_path)
-    rows, records = fedgpa.recorded_ablation("paper")
+    rows, records = fedgpa_pages.recorded_ablation("paper")
     assert len(records) == 12 and [r["modules"] for r in rows] == list(fedgpa.ABLATION)
     spread = 100 * np.std([0.0, 0.002, 0.004])
     assert rows[0]["ours (paper)"].startswith(f"86.20 ± {spread:.2f}") and rows[3]["ours (paper)"].startswith("89.20")
@@ -913,26 +915,26 @@ def test_fedgpa_ablation_from_committed_records(tmp_path, monkeypatch):
 
 
 def test_budget_changes_names_the_claims_whose_verdict_the_longer_budget_changes():
-    from fedlib.studies import fedgpa
+    from fedlib.studies import fedgpa_pages
 
     rows = [{"claim": "a", "outcome at round 10": "holds", "outcome at round 150": "inconclusive"},
             {"claim": "b", "outcome at round 10": "holds", "outcome at round 150": "holds"}]
-    assert fedgpa.budget_changes(rows) == ("1 of 2 claims have another outcome at round 10 than at round 150 of the "
-                                           "same runs: a (holds -> inconclusive). Where a round-10 outcome differs, "
-                                           "the reference budget has not settled that claim.")
-    assert fedgpa.budget_changes(rows[1:]).startswith("Every claim has the same outcome at round 10")
-    assert fedgpa.budget_changes([]) == ""
+    assert fedgpa_pages.budget_changes(rows) == ("1 of 2 claims have another outcome at round 10 than at round 150 "
+                                                 "of the same runs: a (holds -> inconclusive). Where a round-10 "
+                                                 "outcome differs, the reference budget has not settled that claim.")
+    assert fedgpa_pages.budget_changes(rows[1:]).startswith("Every claim has the same outcome at round 10")
+    assert fedgpa_pages.budget_changes([]) == ""
 
 
 def test_fedgpa_gap_note_says_what_fine_tuning_did_from_the_records():
-    from fedlib.studies import fedgpa
+    from fedlib.studies import fedgpa, fedgpa_pages
     records = [{"final": {"global_local_acc": 0.86, fedgpa.METRIC: 0.80}},
                {"final": {"global_local_acc": 0.84, fedgpa.METRIC: 0.82}}]
-    note = fedgpa.gap_note("fedbabu", records)
+    note = fedgpa_pages.gap_note("fedbabu", records)
     assert "global model 85.00, fine-tuned 81.00; fine-tuning lowers it by 4.00" in note
     raised = [{"final": {"global_local_acc": 0.80, fedgpa.METRIC: 0.83}}]
-    assert "raises it by 3.00" in fedgpa.gap_note("fedbabu", raised)
-    assert fedgpa.gap_note("fedprox", records) == "not explained yet"
+    assert "raises it by 3.00" in fedgpa_pages.gap_note("fedbabu", raised)
+    assert fedgpa_pages.gap_note("fedprox", records) == "not explained yet"
 
 
 def test_a_runtime_places_runs_without_changing_their_keys_and_a_chapter_carries_its_own(tmp_path):
