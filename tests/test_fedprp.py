@@ -311,19 +311,19 @@ def test_fedic_needs_a_server_set_and_changes_the_global_model():
 def test_the_beta_reading_follows_eq_8_and_the_records():
     """After R rounds a global prototype keeps beta^(R-1) of its first value (Eq. 8): at R = 5, beta = 0.9 keeps
     0.9^4 = 0.66 (a lag, named when A_glo falls with beta); at R = 50 it keeps 0.0057 (no lag to blame)."""
-    from fedlib.studies import fedprp
+    from fedlib.studies import fedprp_pages
 
     def runs(rounds, values):
         return {beta: [{"seed": 0, "config": {"rounds": rounds}, "final": {},
                         "history": [{"round": rounds, "a_glo": v / 100}]}]
                 for beta, v in zip((0.1, 0.5, 0.9), values)}
 
-    lines = fedprp.beta_reading(runs(5, [48.0, 35.0, 25.0]), "ci")
+    lines = fedprp_pages.beta_reading(runs(5, [48.0, 35.0, 25.0]), "ci")
     assert lines[2] == "beta = 0.9: A_glo 25.00%; weight of the first round's prototypes after 5 rounds beta^4 = 0.66"
     assert "still hold 66% (beta = 0.9)" in lines[3] and "(beta = 0.5)" not in lines[3]   # 0.5^4 = 0.06
-    lines = fedprp.beta_reading(runs(50, [48.0, 35.0, 25.0]), "ci")
+    lines = fedprp_pages.beta_reading(runs(50, [48.0, 35.0, 25.0]), "ci")
     assert "does not explain it" in lines[-1]
-    assert len(fedprp.beta_reading(runs(5, [25.0, 35.0, 48.0]), "ci")) == 3   # A_glo rises: nothing to explain
+    assert len(fedprp_pages.beta_reading(runs(5, [25.0, 35.0, 48.0]), "ci")) == 3   # A_glo rises: nothing to explain
 
 
 def test_a_papers_participation_is_registered_where_the_paper_is_and_resolved_from_the_config():
