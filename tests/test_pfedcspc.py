@@ -354,7 +354,7 @@ def test_fedperpp_adds_a_proximal_term_on_shared_layers_only():
 def test_fedetfs_local_is_read_with_the_adaptation_its_evaluation_runs():
     """FedETF's Local comes after finetune_rounds x (3 + 3) epochs of local adaptation (the official code's
     evaluation); the note says so beside its lead over the best fine-tuned global method, from the records."""
-    from fedlib.studies import pfedcspc
+    from fedlib.studies import pfedcspc, pfedcspc_pages
 
     def recs(local, glob, hyper=None):
         row = {"round": 2, "i_local": local / 100, "acc_global": glob / 100}
@@ -363,7 +363,7 @@ def test_fedetfs_local_is_read_with_the_adaptation_its_evaluation_runs():
     ds = pfedcspc.SCALES["ci"].datasets[0]
     table = {ds: {m: recs(50.0 + i, 40.0) for i, m in enumerate(pfedcspc.GLOBAL_METHODS)}}
     table[ds]["fedetf"] = recs(77.0, 41.0, {"finetune_rounds": 20})
-    note = pfedcspc.fedetf_note(table, "ci")
+    note = pfedcspc_pages.fedetf_note(table, "ci")
     assert note.startswith("FedETF's Local (77.00) reads each client's model after 120 epochs on its own data: 20 "
                            "alternations of 3 on the ETF classifier")
     assert "(the best of them, CCVR, 57.00)" in note and "lead of +20.00 points" in note and "41.00 against" in note

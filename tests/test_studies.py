@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from fedlib.experiment import make_config
-from fedlib.studies import fedgpa, fedgpa_pages, pfedcspc
+from fedlib.studies import fedgpa, fedgpa_pages, pfedcspc, pfedcspc_pages
 from fedlib.studies.common import run_grid
 from fedlib.studies.registry import chapters
 
@@ -54,7 +54,9 @@ def test_pfedcspc_table7_counts_rounds_to_fedavgs_final_accuracy_on_the_main_see
     import dataclasses
 
     ci = dataclasses.replace(pfedcspc.SCALES["ci"], main_seeds=[0, 1])
-    monkeypatch.setattr(pfedcspc, "SCALES", pfedcspc.Scales(**{**pfedcspc.SCALES, "ci": ci}))
+    scales = pfedcspc.Scales(**{**pfedcspc.SCALES, "ci": ci})
+    for module in (pfedcspc, pfedcspc_pages):   # the declaration and the page that reads it
+        monkeypatch.setattr(module, "SCALES", scales)
     rounds = (1, 2, 3, 4)
     table2 = {"digits": {"fedavg": [fake(0, [0.2, 0.4, 0.5, 0.601], "acc_global", rounds),
                                     fake(1, [0.2, 0.4, 0.5, 0.601], "acc_global", rounds),
@@ -64,7 +66,7 @@ def test_pfedcspc_table7_counts_rounds_to_fedavgs_final_accuracy_on_the_main_see
                          "pfedcspc": [fake(0, [0.5, 0.62, 0.7, 0.7], "acc_global", rounds),
                                       fake(1, [0.5, 0.58, 0.7, 0.7], "acc_global", rounds)]}}
     table6 = {"fedprox": ([fake(s, [0.6, 0.6, 0.6, 0.6], "acc_global", rounds) for s in (0, 1)], [])}
-    rows, reached, curves, target, used = pfedcspc.table7(table2, table6, "ci")
+    rows, reached, curves, target, used = pfedcspc_pages.table7(table2, table6, "ci")
     assert target == math.floor(200 * 0.601) / 200 == 0.6                 # rounded down to half a point
     assert reached["fedavg"] == 4 and reached["pfedcspc"] == 2            # mean over seeds 0.60 at round 2
     assert reached["fedprox"] == 1 and reached["moon"] is None
@@ -494,11 +496,11 @@ def test_fedpcl_table1_says_why_frozen_backbones_send_more_than_our_small_cnn():
 
 
 def test_pfedcspc_pmi_prose_follows_the_printed_correlation():
-    assert "do not follow label-mix similarity here" in pfedcspc.pmi_reading(0.04)
-    assert pfedcspc.pmi_reading(0.04).startswith("correlation of PMI weights and label-mix similarity over client "
-                                                 "pairs: 0.04")
-    assert "a client leans on the clients whose label mix resembles its own" in pfedcspc.pmi_reading(0.7)
-    assert "weakly" in pfedcspc.pmi_reading(0.3) and "against" in pfedcspc.pmi_reading(-0.5)
+    assert "do not follow label-mix similarity here" in pfedcspc_pages.pmi_reading(0.04)
+    assert pfedcspc_pages.pmi_reading(0.04).startswith("correlation of PMI weights and label-mix similarity over "
+                                                       "client pairs: 0.04")
+    assert "a client leans on the clients whose label mix resembles its own" in pfedcspc_pages.pmi_reading(0.7)
+    assert "weakly" in pfedcspc_pages.pmi_reading(0.3) and "against" in pfedcspc_pages.pmi_reading(-0.5)
 
 
 def test_fedgpa_says_why_fedprox_equals_fedavg_from_the_runs():
