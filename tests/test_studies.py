@@ -483,16 +483,16 @@ def test_fedpcl_claims_with_a_size_are_read_from_below():
 
 
 def test_fedpcl_table1_says_why_frozen_backbones_send_more_than_our_small_cnn():
-    from fedlib.studies import fedpcl
+    from fedlib.studies import fedpcl_pages
 
     rows = [{"mode": "from scratch (cnn3)", "params sent / client / round": 57770},
             {"mode": "1 frozen backbone", "params sent / client / round": 330506},
             {"mode": "3 frozen backbones", "params sent / client / round": 985866}]
-    note = fedpcl.table1_note(rows)
+    note = fedpcl_pages.table1_note(rows)
     assert "1 frozen backbone and 3 frozen backbones send more numbers per round (330,506, 985,866) than training " \
            "from scratch (57,770): our from-scratch model is a small CNN" in note
     rows[0]["params sent / client / round"] = 11_000_000
-    assert "send more" not in fedpcl.table1_note(rows)
+    assert "send more" not in fedpcl_pages.table1_note(rows)
 
 
 def test_pfedcspc_pmi_prose_follows_the_printed_correlation():
