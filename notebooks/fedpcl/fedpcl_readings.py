@@ -24,7 +24,7 @@ from fedlib.studies.fedpcl import (
 )
 
 from fedlib.studies.common import fmt, mean_std
-from fedlib.studies.report import Signed, interval_cell
+from fedlib.studies.report import Measured, Signed, interval_cell
 
 READING_LABELS = {"pcl": "as printed: L_g + L_p (Eq. 10)", "pcl_infonce": "InfoNCE denominators (positive included)",
                   "pcl_official": "the official code's loss and prediction (ConLoss)",
@@ -75,7 +75,7 @@ def reading_regime_rows(cells: list[dict]) -> tuple[list[dict], list[dict]]:
         rows.append({
             "regime": c["regime"], "BB": c["bb"], "reading": READING_LABELS[c["reading"]], "seeds": len(recs),
             "FedPCL (%)": fmt(mean_std(recs)) if recs else "-",
-            "predicted as class 0 (%)": f"{predicted_share(recs):.1f}" if recs else "-",
+            "predicted as class 0 (%)": predicted_share_cell(recs) if recs else "-",
             "best baseline (%)": f"{LABELS[best]} {fmt(mean_std(c['best_records']))}" if best else "-",
             "FedPCL - best baseline": Signed(diff.mean) if diff else "-",
             "95% CI": interval_cell(diff.interval if diff else None)})
@@ -238,6 +238,14 @@ def official_head_lines() -> list[str]:
                 f"{acc[(k, head)]:.2f} ({LABELS[k[1]]}, {head} head)" for head, k in best.items())
         lines.append(line)
     return lines or ["the official classifier has no committed records yet"]
+
+
+def predicted_share_cell(records: list[dict], cls: int = 0) -> Measured:
+    """``predicted_share`` per seed, as a table cell: mean ± std over the seeds (a share, never marked near chance)."""
+    import numpy as np
+
+    shares = [predicted_share([r], cls) for r in records]
+    return Measured(float(np.mean(shares)), float(np.std(shares)), len(shares), accuracy=False)
 
 
 def predicted_share(records: list[dict], cls: int = 0) -> float:
