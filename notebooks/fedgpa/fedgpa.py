@@ -36,7 +36,6 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     fmt,
     mean_std,
     method_labels,
-    run_all,
     run_grid,
     with_seeds,
 )

@@ -24,7 +24,6 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     mean_std,
     method_labels,
     nested,
-    run_all,
     run_grid,
     with_seeds,
 )

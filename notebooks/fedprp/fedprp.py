@@ -20,9 +20,7 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     ON_CPU,
     Runtime,
     fmt,
-    mean_std,
     method_labels,
-    run_all,
     run_grid,
     with_seeds,
 )
