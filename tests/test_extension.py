@@ -20,10 +20,8 @@ DIGITS = dict(dataset="digits", partition={"name": "iid"}, num_clients=4, rounds
 def median_paper():
     """A 'paper' with a coordinate-wise median server and a worst-client metric, registered for one test."""
 
+    @register("example_fedmedian", "FedMedian", "an example: coordinate-wise median aggregation", cite=None)
     class FedMedian(Method):
-        name = "example_fedmedian"
-        paper = "an example: coordinate-wise median aggregation"
-
         def aggregate(self, server, uploads):
             ups = [u["params"] for u in uploads.values()]
             server.state["global"] = {k: torch.stack([u[k] for u in ups]).median(0).values for k in ups[0]}
@@ -32,7 +30,6 @@ def median_paper():
         confs = ev.get("personal_local")
         return {"worst_client_acc": min(accuracy(C) for C in confs)} if confs else {}
 
-    register(FedMedian)
     register_metric_set("worst_client", ("personal_local",), worst_client, "the lowest client accuracy")
     yield FedMedian
     METHODS.pop(FedMedian.name)
@@ -62,6 +59,23 @@ def test_a_second_class_may_not_take_a_registered_name(median_paper):
     clash = type("Clash", (Method,), {"name": "example_fedmedian"})
     with pytest.raises(ValueError, match="taken by"):
         register(clash)
+
+
+def test_register_states_the_identity_it_is_given_and_keeps_the_rest():
+    """The one-line form sets name, label, paper and cite on the class; an argument not given is inherited, and
+    ``cite=None`` (no paper to cite) is a value, not an omission."""
+    @register("example_identity", paper="an example")
+    class Identity(Method):
+        pass
+
+    try:
+        assert METHODS["example_identity"] is Identity
+        assert (Identity.name, Identity.paper) == ("example_identity", "an example")
+        assert (Identity.label, Identity.cite) == (Method.label, Method.cite)   # not given: inherited
+        assert register("example_identity", cite=None)(Identity).cite is None
+        assert Method.cite == "mcmahan2017fedavg"   # the base class is untouched
+    finally:
+        METHODS.pop("example_identity")
 
 
 def test_an_unknown_metric_set_is_a_config_error_naming_the_registered_ones():

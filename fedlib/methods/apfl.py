@@ -39,12 +39,8 @@ def mixed(alpha: torch.Tensor, v: dict, w: dict, detach_w: bool = True) -> dict:
     return {k: alpha * v[V + k] + (1 - alpha) * (w[k].detach() if detach_w else w[k]) for k in w}
 
 
-@register
+@register("apfl", "APFL", "Deng, Kamani & Mahdavi, arXiv:2003.13461", cite="deng2020apfl")
 class APFL(Method):
-    name = "apfl"
-    label = "APFL"
-    paper = "Deng, Kamani & Mahdavi, arXiv:2003.13461"
-    cite = "deng2020apfl"
     Hyper = ApflHyper
     personalized = True
     version = 2   # alpha projected onto [0, 1] after each step (version 1 clipped it in the forward: frozen at 0)

@@ -68,12 +68,8 @@ def sample_virtual(mu: torch.Tensor, sigma: torch.Tensor, n: int, gen: torch.Gen
     return (mu.double().cpu() + noise @ L.T.cpu()).to(mu.dtype).to(mu.device)
 
 
-@register
+@register("ccvr", "CCVR", "Luo, Chen, Hu, Zhang, Liang & Feng, NeurIPS 2021", cite="luo2021ccvr")
 class CCVR(Method):
-    name = "ccvr"
-    label = "CCVR"
-    paper = "Luo, Chen, Hu, Zhang, Liang & Feng, NeurIPS 2021"
-    cite = "luo2021ccvr"
     Hyper = CcvrHyper
     broadcast_keys: ClassVar[tuple[str, ...]] = ("calibrated_head",)
     upload_keys: ClassVar[tuple[str, ...]] = ("counts", "means", "covs")

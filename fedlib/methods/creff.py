@@ -60,12 +60,8 @@ def fresh_linear(d: int, k: int, gen: torch.Generator, device) -> dict:
             "head.bias": ((torch.rand(k, generator=gen) * 2 - 1) * bound).to(device)}
 
 
-@register
+@register("creff", "CReFF", "Shang, Lu, Huang & Wang, IJCAI 2022", cite="shang2022creff")
 class CReFF(Method):
-    name = "creff"
-    label = "CReFF"
-    paper = "Shang, Lu, Huang & Wang, IJCAI 2022"
-    cite = "shang2022creff"
     Hyper = CreffHyper
     broadcast_keys: ClassVar[tuple[str, ...]] = ("syn_head",)
     upload_keys: ClassVar[tuple[str, ...]] = ("grad_w", "grad_b", "has")

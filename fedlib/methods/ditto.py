@@ -13,12 +13,8 @@ class DittoHyper(Hyper):
     lam: float = hyper(0.1, NON_NEGATIVE)
 
 
-@register
+@register("ditto", "Ditto", "Li et al., ICML 2021", cite="li2021ditto")
 class Ditto(PersonalModel, Method):
-    name = "ditto"
-    label = "Ditto"
-    paper = "Li et al., ICML 2021"
-    cite = "li2021ditto"
     Hyper = DittoHyper
     version = 2  # v_k starts from w^0 (Algorithm 1), not from the client's first locally trained model
 

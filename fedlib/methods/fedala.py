@@ -53,12 +53,8 @@ def adaptive_weights(z, y, local: dict, glob: dict, weights: dict, eta: float, b
     return weights, epochs
 
 
-@register
+@register("fedala", "FedALA", "Zhang, Hua, Wang, Song, Xue, Ma & Guan, AAAI 2023", cite="zhang2023fedala")
 class FedALA(TrainedModelIsPersonal):
-    name = "fedala"
-    label = "FedALA"
-    paper = "Zhang, Hua, Wang, Song, Xue, Ma & Guan, AAAI 2023"
-    cite = "zhang2023fedala"
     Hyper = AlaHyper
 
     def receive(self, ctx):

@@ -29,12 +29,8 @@ def asam_perturbation(params: dict, grads: Sequence[torch.Tensor], rho: float, e
     return [rho * t * t * g / norm for t, g in zip(scales, grads)]
 
 
-@register
+@register("fedasam", "FedASAM", "Caldarola, Caputo & Ciccone, ECCV 2022", cite="caldarola2022fedasam")
 class FedASAM(Method):
-    name = "fedasam"
-    label = "FedASAM"
-    paper = "Caldarola, Caputo & Ciccone, ECCV 2022"
-    cite = "caldarola2022fedasam"
     Hyper = AsamHyper
 
     def local_phases(self, ctx):

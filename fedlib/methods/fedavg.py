@@ -5,5 +5,4 @@ from fedlib.methods.registry import register
 
 @register
 class FedAvg(Method):
-    name = "fedavg"
-    label = "FedAvg"
+    """The base class states FedAvg: its name, label, paper and every hook."""

@@ -11,12 +11,8 @@ class FTHyper(Hyper):
     finetune_epochs: int = hyper(1, POSITIVE)
 
 
-@register
+@register("fedavg_ft", "FedAvg-FT", "FedAvg + local fine-tuning (as in FedGPA 5.1.3)", cite="mcmahan2017fedavg")
 class FedAvgFT(Method):
-    name = "fedavg_ft"
-    label = "FedAvg-FT"
-    paper = "FedAvg + local fine-tuning (as in FedGPA 5.1.3)"
-    cite = "mcmahan2017fedavg"
     Hyper = FTHyper
     personalized = True
 

@@ -20,12 +20,8 @@ class BabuHyper(FTHyper):
     finetune_epochs: int = hyper(5, POSITIVE)   # tau_f of FedBABU's personalization
 
 
-@register
+@register("fedbabu", "FedBABU", "Oh et al., ICLR 2022", cite="oh2022fedbabu")
 class FedBABU(FedAvgFT):
-    name = "fedbabu"
-    label = "FedBABU"
-    paper = "Oh et al., ICLR 2022"
-    cite = "oh2022fedbabu"
     Hyper = BabuHyper
     version = 2   # 5 fine-tuning epochs (its paper), not 1
     shared = ("body", "projector")

@@ -32,12 +32,8 @@ def _zeros(params: dict) -> dict:
     return {k: torch.zeros_like(v) for k, v in params.items() if v.is_floating_point()}
 
 
-@register
+@register("feddc", "FedDC", "Gao, Fu, Li, Chen, Xu & Xu, CVPR 2022", cite="gao2022feddc")
 class FedDC(Method):
-    name = "feddc"
-    label = "FedDC"
-    paper = "Gao, Fu, Li, Chen, Xu & Xu, CVPR 2022"
-    cite = "gao2022feddc"
     Hyper = DcHyper
     broadcast_keys: ClassVar[tuple[str, ...]] = ("correction",)
     upload_keys: ClassVar[tuple[str, ...]] = ("correction",)

@@ -30,12 +30,8 @@ def decorrelation(z: torch.Tensor, batch, eps: float = 1e-8) -> torch.Tensor:
     return (K ** 2).sum() / z.shape[1] ** 2
 
 
-@register
+@register("feddecorr", "FedDecorr", "Shi, Liang, Zhang, Tan & Bai, ICLR 2023", cite="shi2023feddecorr")
 class FedDecorr(Method):
-    name = "feddecorr"
-    label = "FedDecorr"
-    paper = "Shi, Liang, Zhang, Tan & Bai, ICLR 2023"
-    cite = "shi2023feddecorr"
     Hyper = DecorrHyper
 
     def local_loss(self, out, batch, params, ctx):

@@ -73,12 +73,8 @@ class EtfHyper(Hyper):
     scale_init: float = hyper(10.0, POSITIVE)
 
 
-@register
+@register("fedetf", "FedETF", "Li, Shang, He, Lin & Wu, ICCV 2023", cite="li2023fedetf")
 class FedETF(Method):
-    name = "fedetf"
-    label = "FedETF"
-    paper = "Li, Shang, He, Lin & Wu, ICCV 2023"
-    cite = "li2023fedetf"
     Hyper = EtfHyper
     shared = PARTS + (EXTRA,)        # encoder, projector and the temperature beta
     personalized = True              # clients are evaluated after their local adaptation

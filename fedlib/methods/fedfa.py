@@ -42,12 +42,8 @@ def anchor_loss(z: torch.Tensor, y: torch.Tensor, anchors: torch.Tensor) -> torc
     return ((member @ sq) / member.sum(1).clamp_min(1)).sum() / K
 
 
-@register
+@register("fedfa", "FedFA", "Zhou, Zhang & Tsang, IEEE TMC 2023", cite="zhou2023fedfa")
 class FedFA(Method):
-    name = "fedfa"
-    label = "FedFA"
-    paper = "Zhou, Zhang & Tsang, IEEE TMC 2023"
-    cite = "zhou2023fedfa"
     Hyper = FaHyper
     broadcast_keys: ClassVar[tuple[str, ...]] = ("anchors",)
     upload_keys: ClassVar[tuple[str, ...]] = ("anchors", "counts")

@@ -42,12 +42,8 @@ def fomo_weights(own_loss: float, losses: list[float], distances: list[float]) -
     return w / w.sum() if w.sum() > 0 else w
 
 
-@register
+@register("fedfomo", "FedFomo", "Zhang, Sapra, Fidler, Yeung & Alvarez, ICLR 2021", cite="zhang2021fedfomo")
 class FedFomo(Method):
-    name = "fedfomo"
-    label = "FedFomo"
-    paper = "Zhang, Sapra, Fidler, Yeung & Alvarez, ICLR 2021"
-    cite = "zhang2021fedfomo"
     Hyper = FomoHyper
     personalized = True
     has_global_model = False

@@ -77,12 +77,8 @@ def classifier_weights(protos: torch.Tensor, counts: torch.Tensor, variances: to
     return solver(classifier_matrices(protos, counts, variances))
 
 
-@register
+@register("fedgpa", "FedGPA", "Han et al., AI Open 6 (2025)", cite="han2025fedgpa")
 class FedGPA(PerClientAggregation, PrototypeSharing):
-    name = "fedgpa"
-    label = "FedGPA"
-    paper = "Han et al., AI Open 6 (2025)"
-    cite = "han2025fedgpa"
     Hyper = GpaHyper
     shared = PARTS
     personalized = True

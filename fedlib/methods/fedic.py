@@ -52,12 +52,8 @@ def gated_ensemble(gate: dict, feats: torch.Tensor, logits: torch.Tensor, calibr
     return carry * adjusted + (1 - carry) * calibrated
 
 
-@register
+@register("fedic", "FEDIC", "Shang, Lu, Cheung & Wang, ICME 2022", cite="shang2022fedic")
 class FEDIC(Method):
-    name = "fedic"
-    label = "FEDIC"
-    paper = "Shang, Lu, Cheung & Wang, ICME 2022"
-    cite = "shang2022fedic"
     Hyper = FedicHyper
     version = 2   # 2: the client-wise weights normalised in log space (version 1 divided 0 by 0 on large logits)
 

@@ -137,12 +137,8 @@ def cft_period(body_params: int, num_classes: int, dim: int, x: float) -> int:
     return max(1, int(x * body_params / (num_classes * dim)))
 
 
-@register
+@register("fedmate", "FedMate", "Yang, Li, Wang, Yu, Wu & He, ECAI 2025", cite="yang2025fedmate")
 class FedMate(PrototypeSharing):
-    name = "fedmate"
-    label = "FedMate"
-    paper = "Yang, Li, Wang, Yu, Wu & He, ECAI 2025"
-    cite = "yang2025fedmate"
     Hyper = MateHyper
     shared = BODY
     personalized = True

@@ -30,12 +30,8 @@ def not_true_distillation(student: torch.Tensor, teacher: torch.Tensor, batch, t
     return tau ** 2 * batch_mean(kl, batch)
 
 
-@register
+@register("fedntd", "FedNTD", "Lee, Jeong, Shin, Bae & Yun, NeurIPS 2022", cite="lee2022fedntd")
 class FedNTD(Method):
-    name = "fedntd"
-    label = "FedNTD"
-    paper = "Lee, Jeong, Shin, Bae & Yun, NeurIPS 2022"
-    cite = "lee2022fedntd"
     Hyper = NtdHyper
 
     def local_loss(self, out, batch, params, ctx):

@@ -65,12 +65,8 @@ def collaboration_weights(protos: torch.Tensor, counts: torch.Tensor, variances:
     return A
 
 
-@register
+@register("fedpac", "FedPAC", "Xu, Tong & Huang, ICLR 2023", cite="xu2023fedpac")
 class FedPAC(PerClientAggregation, PrototypeSharing):
-    name = "fedpac"
-    label = "FedPAC"
-    paper = "Xu, Tong & Huang, ICLR 2023"
-    cite = "xu2023fedpac"
     Hyper = PacHyper
     shared = ("body", "projector")
     personalized = True

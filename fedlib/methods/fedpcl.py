@@ -72,12 +72,8 @@ class PclHyper(Hyper):
             raise ConfigError("hyper.use_global/use_local", (self.use_global, self.use_local), "at least one True")
 
 
-@register
+@register("fedpcl", "FedPCL", "Tan et al., NeurIPS 2022", cite="tan2022fedpcl")
 class FedPCL(PrototypeSharing):
-    name = "fedpcl"
-    label = "FedPCL"
-    paper = "Tan et al., NeurIPS 2022"
-    cite = "tan2022fedpcl"
     Hyper = PclHyper
     shared = ()
     personalized = True

@@ -3,12 +3,8 @@ from fedlib.methods.base import Method
 from fedlib.methods.registry import register
 
 
-@register
+@register("fedper", "FedPer", "Arivazhagan et al., arXiv:1912.00818", cite="arivazhagan2019fedper")
 class FedPer(Method):
-    name = "fedper"
-    label = "FedPer"
-    paper = "Arivazhagan et al., arXiv:1912.00818"
-    cite = "arivazhagan2019fedper"
     shared = ("body", "projector")
     personalized = True
     has_global_model = False

@@ -11,12 +11,8 @@ from fedlib.methods.fedprox import ProxHyper
 from fedlib.methods.registry import register
 
 
-@register
+@register("fedperpp", "FedPer++", "Xu, Yan & Huang, IJCNN 2022 (assumed form)", cite="xu2022fedperpp")
 class FedPerPlus(FedPer):
-    name = "fedperpp"
-    label = "FedPer++"
-    paper = "Xu, Yan & Huang, IJCNN 2022 (assumed form)"
-    cite = "xu2022fedperpp"
     Hyper = ProxHyper
 
     def local_loss(self, out, batch, params, ctx):

@@ -28,12 +28,8 @@ class PhpHyper(Hyper):
     ramp: float | None = hyper(None, POSITIVE)   # participations until mu reaches 0.9; None: the number of rounds
 
 
-@register
+@register("fedphp", "FedPHP", "Li et al., ECML-PKDD 2021", cite="li2021fedphp")
 class FedPHP(Method):
-    name = "fedphp"
-    label = "FedPHP"
-    paper = "Li et al., ECML-PKDD 2021"
-    cite = "li2021fedphp"
     Hyper = PhpHyper
     personalized = True
 

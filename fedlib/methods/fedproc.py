@@ -29,12 +29,8 @@ def prototype_contrast(z: torch.Tensor, batch, protos: torch.Tensor, present: to
     return (per_sample * keep).sum() / keep.sum().clamp_min(1e-12)
 
 
-@register
+@register("fedproc", "FedProc", "Mu, Shen, Cheng, Geng, Fu, Zhang & Zhang, FGCS 2023", cite="mu2023fedproc")
 class FedProc(PrototypeSharing):
-    name = "fedproc"
-    label = "FedProc"
-    paper = "Mu, Shen, Cheng, Geng, Fu, Zhang & Zhang, FGCS 2023"
-    cite = "mu2023fedproc"
     Hyper = ProcHyper
 
     def local_loss(self, out, batch, params, ctx):

@@ -26,12 +26,8 @@ class ProtoHyper(Hyper):
     proto_weights: str = added_later("counts", ("counts", "uniform"))   # counts (Eq. 6) | uniform (the official code)
 
 
-@register
+@register("fedproto", "FedProto", "Tan et al., AAAI 2022", cite="tan2022fedproto")
 class FedProto(PrototypeSharing):
-    name = "fedproto"
-    label = "FedProto"
-    paper = "Tan et al., AAAI 2022"
-    cite = "tan2022fedproto"
     Hyper = ProtoHyper
     shared = ()
     personalized = True

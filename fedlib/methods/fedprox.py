@@ -11,12 +11,8 @@ class ProxHyper(Hyper):
     mu: float = hyper(0.01, NON_NEGATIVE)
 
 
-@register
+@register("fedprox", "FedProx", "Li et al., MLSys 2020", cite="li2020fedprox")
 class FedProx(Method):
-    name = "fedprox"
-    label = "FedProx"
-    paper = "Li et al., MLSys 2020"
-    cite = "li2020fedprox"
     Hyper = ProxHyper
 
     def local_loss(self, out, batch, params, ctx):

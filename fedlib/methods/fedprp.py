@@ -146,12 +146,8 @@ def nearest(z: torch.Tensor, protos: torch.Tensor, allowed: torch.Tensor) -> tor
     return d.masked_fill(~allowed.unsqueeze(0), float("inf")).argmin(1)
 
 
-@register
+@register("fedprp", "FedPRP", "Guo et al., IEEE TNNLS 2024", cite="guo2024fedprp")
 class FedPRP(GlobalPrototypes):
-    name = "fedprp"
-    label = "FedPRP"
-    paper = "Guo et al., IEEE TNNLS 2024"
-    cite = "guo2024fedprp"
     Hyper = PrpHyper
     shared: tuple[str, ...] = ("body", "projector")
     personalized = True

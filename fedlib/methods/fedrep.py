@@ -13,12 +13,8 @@ class RepHyper(Hyper):
     body_epochs: int = hyper(1, POSITIVE)
 
 
-@register
+@register("fedrep", "FedRep", "Collins et al., ICML 2021", cite="collins2021fedrep")
 class FedRep(Method):
-    name = "fedrep"
-    label = "FedRep"
-    paper = "Collins et al., ICML 2021"
-    cite = "collins2021fedrep"
     Hyper = RepHyper
     shared = ("body", "projector")
     personalized = True

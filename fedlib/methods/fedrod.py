@@ -24,12 +24,8 @@ def personal_logits(z, logits, params) -> torch.Tensor:
     return logits + F.linear(z, params[P_WEIGHT], params[P_BIAS])
 
 
-@register
+@register("fedrod", "FedRoD", "Chen & Chao, ICLR 2022", cite="chen2022fedrod")
 class FedRoD(Method):
-    name = "fedrod"
-    label = "FedRoD"
-    paper = "Chen & Chao, ICLR 2022"
-    cite = "chen2022fedrod"
     shared = PARTS              # body and the generic head
     personalized = True
 

@@ -40,12 +40,8 @@ def greedy_soup(ctx, local: dict, pool: list[dict]) -> tuple[dict, int]:
     return weighted_average(list(ingredients), [1.0] * len(ingredients)), len(ingredients)
 
 
-@register
+@register("fedsoup", "FedSoup", "Chen, Jiang, Dou, Wang & Li, MICCAI 2023", cite="chen2023fedsoup")
 class FedSoup(Method):
-    name = "fedsoup"
-    label = "FedSoup"
-    paper = "Chen, Jiang, Dou, Wang & Li, MICCAI 2023"
-    cite = "chen2023fedsoup"
     Hyper = SoupHyper
     personalized = True
     validation_fraction = 0.2

@@ -54,12 +54,8 @@ def consistency_weights(updates: list[torch.Tensor], sizes) -> np.ndarray:
     return w / w.sum()
 
 
-@register
+@register("grace", "GRACE", "Zhang, Fan, Xu, Yao, Zhang & Wang, MICCAI 2023", cite="zhang2023grace")
 class GRACE(TrainedModelIsPersonal):
-    name = "grace"
-    label = "GRACE"
-    paper = "Zhang, Fan, Xu, Yao, Zhang & Wang, MICCAI 2023"
-    cite = "zhang2023grace"
     Hyper = GraceHyper
 
     def local_loss(self, out, batch, params, ctx):

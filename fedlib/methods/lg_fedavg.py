@@ -3,12 +3,8 @@ from fedlib.methods.base import Method
 from fedlib.methods.registry import register
 
 
-@register
+@register("lg_fedavg", "LG-FedAvg", "Liang et al., arXiv:2001.01523", cite="liang2020lgfedavg")
 class LGFedAvg(Method):
-    name = "lg_fedavg"
-    label = "LG-FedAvg"
-    paper = "Liang et al., arXiv:2001.01523"
-    cite = "liang2020lgfedavg"
     shared = ("head",)
     personalized = True
     has_global_model = False

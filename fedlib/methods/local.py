@@ -3,12 +3,8 @@ from fedlib.methods.base import Method
 from fedlib.methods.registry import register
 
 
-@register
+@register("local", "Local", "no communication", cite=None)   # no paper: nothing is communicated
 class Local(Method):
-    name = "local"
-    label = "Local"
-    paper = "no communication"
-    cite = None   # no paper: nothing is communicated
     shared = ()
     personalized = True
     has_global_model = False

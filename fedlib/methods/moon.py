@@ -19,12 +19,8 @@ class MoonHyper(Hyper):
     tau: float = hyper(0.5, POSITIVE)
 
 
-@register
+@register("moon", "MOON", "Li et al., CVPR 2021", cite="li2021moon")
 class Moon(Method):
-    name = "moon"
-    label = "MOON"
-    paper = "Li et al., CVPR 2021"
-    cite = "li2021moon"
     Hyper = MoonHyper
 
     def init_client(self, state, init):

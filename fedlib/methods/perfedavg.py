@@ -20,12 +20,8 @@ class PerFedAvgHyper(Hyper):
     alpha: float = hyper(0.01, POSITIVE)
 
 
-@register
+@register("perfedavg", "Per-FedAvg", "Fallah, Mokhtari & Ozdaglar, NeurIPS 2020", cite="fallah2020perfedavg")
 class PerFedAvg(Method):
-    name = "perfedavg"
-    label = "Per-FedAvg"
-    paper = "Fallah, Mokhtari & Ozdaglar, NeurIPS 2020"
-    cite = "fallah2020perfedavg"
     Hyper = PerFedAvgHyper
     personalized = True
 

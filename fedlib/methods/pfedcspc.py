@@ -74,12 +74,8 @@ class CspcHyper(Hyper):
             raise ConfigError("hyper.lambdas", self.lambdas, "a non-empty list of finite non-negative numbers")
 
 
-@register
+@register("pfedcspc", "pFedCSPC", "Meng, Qi, Wu, Du, Li, Cui & Meng, IEEE TNNLS 2025", cite="meng2025pfedcspc")
 class PFedCSPC(TrainedModelIsPersonal):
-    name = "pfedcspc"
-    label = "pFedCSPC"
-    paper = "Meng, Qi, Wu, Du, Li, Cui & Meng, IEEE TNNLS 2025"
-    cite = "meng2025pfedcspc"
     Hyper = CspcHyper
     prediction_variants = ("net",)     # the global model without the knowledge prediction (Table IV's KP row)
     broadcast_keys: ClassVar[tuple[str, ...]] = ("protos", "present", "exemplars", "exemplar_mask")

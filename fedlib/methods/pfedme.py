@@ -24,12 +24,8 @@ class PFedMeHyper(Hyper):
     beta: float = hyper(1.0, UNIT)
 
 
-@register
+@register("pfedme", "pFedMe", "Dinh, Tran & Nguyen, NeurIPS 2020", cite="dinh2020pfedme")
 class PFedMe(PersonalModel, Method):
-    name = "pfedme"
-    label = "pFedMe"
-    paper = "Dinh, Tran & Nguyen, NeurIPS 2020"
-    cite = "dinh2020pfedme"
     Hyper = PFedMeHyper
 
     def local_phases(self, ctx):

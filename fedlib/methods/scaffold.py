@@ -14,12 +14,8 @@ from fedlib.methods.base import Method
 from fedlib.methods.registry import register
 
 
-@register
+@register("scaffold", "SCAFFOLD", "Karimireddy et al., ICML 2020", cite="karimireddy2020scaffold")
 class Scaffold(Method):
-    name = "scaffold"
-    label = "SCAFFOLD"
-    paper = "Karimireddy et al., ICML 2020"
-    cite = "karimireddy2020scaffold"
     broadcast_keys: ClassVar[tuple[str, ...]] = ("control",)
     upload_keys: ClassVar[tuple[str, ...]] = ("delta_control",)
     version = 2   # 2: the server averages the sampled clients' models uniformly (Algorithm 1)
