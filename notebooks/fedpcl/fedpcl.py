@@ -386,7 +386,10 @@ INVENTORY = (
              "larger", "5.2, Fig. 2b", claim="steadier_than_fedavg"),
     Sentence("our proposed lightweight framework is capable of (i) using pre-trained models with different "
              "architectures [...] (ii) integrating large-scale pre-trained models", "5.3, Table 4",
-             untested="a capability, no comparison: the chapter's Table 4 analogue runs FedPCL on three backbone sets"),
+             offline="the sentence names its backbones (ImageNet-pretrained MLP, AlexNet and VGG11; tiny/small/base "
+                     "ViT), none available offline; the chapter's Table 4 analogue runs FedPCL on three sets it has, "
+                     "one of mixed architectures (EfficientNet-Lite0 and two CNNs), which exercises (i) but decides "
+                     "nothing: the sentence states a capability, not a comparison"),
     Sentence("our prototype-wise supervised contrastive loss outperforms others", "5.4, Table 5",
              claim="pcl_loss_best"),
     Sentence("without global or local prototypes being used for local supervised contrastive learning, the performance "
