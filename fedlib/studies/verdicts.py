@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlib.studies.claims import BUDGET, RECORDED, Assessment, Verdict, counts
+from fedlib.studies.claims import BUDGET, Assessment, Verdict, counts
 from fedlib.studies.decide import OUTCOMES, Compared, SpreadCompared, effect_position, signed
 
 
@@ -288,8 +288,3 @@ def verdict_rows(chapter_title: str, verdicts: list[Verdict]) -> list[dict]:
                     "looks": a.looks if a is not None else 0, "delta": v.claim.delta, "unit": v.claim.unit,
                     "disagree": v.disagree, "moving": v.moving})
     return out
-
-
-def with_recorded(verdicts: list[Verdict]) -> list[Verdict]:
-    """The verdicts whose deciding scale is a recorded one."""
-    return [v for v in verdicts if v.deciding is not None and v.deciding.scale in RECORDED]
