@@ -266,8 +266,9 @@ def test_no_claim_is_decided_from_a_minimum_or_maximum_over_seeds():
 def test_the_deciding_margin_by_round_and_whether_it_still_moves():
     """Two cells evaluated at rounds 10, 20 and 30 on three seeds: the comparison's mean difference at each round is
     read from the records cut there (history up to the round); a margin closing towards 0 by more than its interval's
-    half-width over the last third of the rounds still moves, one moving away from 0 does not, nor a sign change
-    smaller than delta; the same comparison on the other side of 0 at a longer budget does."""
+    half-width over the last third of the rounds (from the evaluation before the last where that third holds only the
+    last) still moves, one moving away from 0 does not, nor a sign change smaller than delta; the same comparison on
+    the other side of 0 at a longer budget does."""
     from fedlib.studies.claims import BUDGET, still_moving, trajectory
     from fedlib.studies.decide import Compared
 
@@ -283,7 +284,11 @@ def test_the_deciding_margin_by_round_and_whether_it_still_moves():
     assert still_moving({10: -1.0, 20: -0.2, 30: 0.1}, tight) == ""              # 0.3 < delta 0.5
     assert "towards 0" in still_moving({10: 9.0, 20: 6.0, 30: 4.0}, tight)      # last third (20-30): 6 -> 4
     assert still_moving({10: 2.0, 20: 4.0, 30: 6.0}, tight) == ""               # away from 0: only stronger
-    assert still_moving({10: 2.0, 30: 6.0}, tight) == ""                        # too few rounds to say
+    assert still_moving({10: 2.0, 30: 6.0}, tight) == ""                        # two evaluations, away from 0
+    assert "between its last two evaluations" in still_moving({5: 0.74, 10: -0.26}, tight)   # the tail: rounds 5-10
+    assert "towards 0" in still_moving({10: 9.0, 30: 4.0}, tight)               # 9 -> 4: more than 1.69
+    assert "round 20 to 30" in still_moving({10: 9.0, 20: 9.0, 24: 6.0, 30: 4.0}, tight)   # a third with two
+    assert still_moving({30: -4.0}, tight) == ""                                # one evaluation: nothing to say
     longer = Compared("a − b", (0, 1, 2), (-1.0, -2.0, -3.0))
     assert still_moving({}, tight, longer, "paper").startswith("at paper scale the same comparison is behind")
     held = claim(versus("t", "a", ["b"], "acc"))

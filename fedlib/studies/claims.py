@@ -442,26 +442,40 @@ def side(c: Compared) -> str:
 def still_moving(path: dict[int, float], deciding: Compared, longer: Compared | None = None,
                  longer_scale: str = "") -> str:
     """Why a deciding margin still moves, or "": the same comparison at a longer budget lies on another side of 0;
-    or over the last third of the rounds its mean changed sign by more than delta, or moved towards 0 by more than
-    its interval's half-width (a margin moving away from 0 only strengthens the outcome it gives)."""
+    or over the last third of the rounds (from the evaluation before the last where that third holds only the last)
+    its mean changed sign by more than delta, or moved towards 0 by more than its interval's half-width (a margin
+    moving away from 0 only strengthens the outcome it gives)."""
     from fedlib.studies.decide import signed
 
     if longer is not None and longer.n >= 2 and side(longer) != side(deciding):
         return (f"at {longer_scale} scale the same comparison is {side(longer)} ({longer.text()}), here "
                 f"{side(deciding)}")
-    if len(path) < 3 or deciding.interval is None:
+    if len(path) < 2 or deciding.interval is None:
         return ""
     rounds = sorted(path)
-    tail = [r for r in rounds if r >= rounds[-1] * 2 / 3]
-    start, end = path[tail[0]], path[rounds[-1]]
+    first, end_round = tail_start(rounds), rounds[-1]
+    start, end = path[first], path[end_round]
+    span = f"{tail_words(rounds)} (round {first} to {end_round})"
     half = (deciding.interval[1] - deciding.interval[0]) / 2
     if start * end < 0 and abs(end - start) > deciding.delta:
-        return f"the margin changed sign over the last third of the rounds ({signed(start)} at round {tail[0]}, " \
-               f"{signed(end)} at round {rounds[-1]})"
+        return f"the margin changed sign {span}: {signed(start)}, then {signed(end)}"
     if abs(end) < abs(start) and abs(end - start) > half:
-        return (f"the margin moved {signed(end - start)} towards 0 over the last third of the rounds (round {tail[0]} "
-                f"to {rounds[-1]}), more than its interval's half-width {half:.2f}")
+        return (f"the margin moved {signed(end - start)} towards 0 {span}, more than its interval's half-width "
+                f"{half:.2f}")
     return ""
+
+
+def tail_start(rounds: list[int]) -> int:
+    """The first evaluated round of the margin's tail: the last third of the rounds, or the evaluation before the
+    last where that third holds only the last (``rounds`` sorted, at least two)."""
+    tail = [r for r in rounds if r >= rounds[-1] * 2 / 3]
+    return tail[0] if len(tail) >= 2 else rounds[-2]
+
+
+def tail_words(rounds: list[int]) -> str:
+    """How the tail ``tail_start`` picks is named."""
+    return "over the last third of the rounds" if tail_start(rounds) >= rounds[-1] * 2 / 3 else \
+        "between its last two evaluations"
 
 
 def with_trajectory(v: Verdict, evidence: dict[str, Evidence], last: dict[str, int], labels: dict) -> Verdict:

@@ -447,8 +447,9 @@ class Chapter:
             show_table(rows, [], "reference", max_columns=4,
                        note="the comparison that decides each claim, its mean difference over its paired seeds at "
                             "evaluated rounds of each budget that has it; still moving: closing towards 0 by more "
-                            "than its interval's half-width over the last third of the rounds, a sign change beyond "
-                            "delta, or another side of 0 at a longer budget")
+                            "than its interval's half-width over the last third of the rounds (or between the last "
+                            "two evaluations where that third holds one), a sign change beyond delta, or another side "
+                            "of 0 at a longer budget")
         else:
             print("no claim's deciding comparison has records by round yet")
 

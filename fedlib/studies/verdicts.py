@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlib.studies.claims import BUDGET, Assessment, Verdict, counts
+from fedlib.studies.claims import BUDGET, Assessment, Verdict, counts, tail_words
 from fedlib.studies.decide import OUTCOMES, Compared, SpreadCompared, effect_position, signed
 
 
@@ -150,8 +150,8 @@ def moving_lines(v: Verdict) -> list[str]:
 def moving_line(v: Verdict) -> list[str]:
     if v.moving:
         return [f"still moving: {v.moving}; counted as {BUDGET}"]
-    if any(len(path) >= 3 for path in v.trajectory.values()):
-        return ["margin settled over the last third of the rounds"]
+    if v.deciding is not None and len(v.trajectory.get(v.deciding.scale, {})) >= 2:
+        return [f"margin settled {tail_words(sorted(v.trajectory[v.deciding.scale]))}"]
     if v.trajectory:
         return ["too few evaluations to tell whether the margin still moves"]
     deciding = v.deciding.decision.deciding if v.deciding else None
