@@ -105,9 +105,9 @@ def test_a_registered_chapter_with_a_notebook_gets_its_page_without_an_edit(tmp_
 
 def test_the_glossary_defines_every_scale_and_every_outcome_the_book_prints():
     """The words of the status boxes, verdict boxes and the overview's counts each have a glossary entry."""
+    from fedlib.claims import BUDGET
+    from fedlib.claims.decide import OUTCOMES
     from fedlib.experiment import SCALES
-    from fedlib.studies.claims import BUDGET
-    from fedlib.studies.decide import OUTCOMES
 
     toc = [c["file"] for c in yaml.safe_load((ROOT / "book" / "_toc.yml").read_text())["chapters"]]
     assert "glossary" in toc

@@ -1,5 +1,5 @@
 """Claims as declared data: how a declaration expands over a scale's cells, reads runs seed by seed, goes through the
-decision procedure, and which scale decides it (``fedlib.studies.claims``); every chapter's declarations are checked
+decision procedure, and which scale decides it (``fedlib.claims``); every chapter's declarations are checked
 for what the book needs of them."""
 import dataclasses
 import html
@@ -7,7 +7,7 @@ import html
 import numpy as np
 import pytest
 
-from fedlib.studies.claims import (
+from fedlib.claims import (
     Claim,
     Comparison,
     Pairs,
@@ -242,7 +242,7 @@ def test_every_claim_sentence_of_a_paper_is_listed_with_what_the_chapter_does_wi
     """The chapter's inventory of its paper's claim sentences: every claim of the paper is tested by at least one of
     them and every sentence that names a claim names one that exists; the others say why they cannot be checked
     offline or what testing them needs (nothing silently absent)."""
-    from fedlib.studies.claims import Sentence
+    from fedlib.claims import Sentence
 
     inventory = chapter.declared.inventory
     assert all(isinstance(s, Sentence) for s in inventory)
@@ -269,8 +269,8 @@ def test_the_deciding_margin_by_round_and_whether_it_still_moves():
     half-width over the last third of the rounds (from the evaluation before the last where that third holds only the
     last) still moves, one moving away from 0 does not, nor a sign change smaller than delta; the same comparison on
     the other side of 0 at a longer budget does."""
-    from fedlib.studies.claims import BUDGET, still_moving, trajectory
-    from fedlib.studies.decide import Compared
+    from fedlib.claims import BUDGET, still_moving, trajectory
+    from fedlib.claims.decide import Compared
 
     def curve(seed, values):
         return {"seed": seed, "history": [{"round": r, "acc": v / 100} for r, v in zip((10, 20, 30), values)]}
@@ -301,7 +301,7 @@ def test_the_deciding_margin_by_round_and_whether_it_still_moves():
 def test_the_cost_of_a_longer_budget_is_read_off_the_deciding_runs_training_time():
     """3x the rounds, 3 seeds: 3 * 3 * (mean 150 s + mean 300 s) = 4,050 s = 1.125 h; with the second cell recorded
     at 3x for every seed, only the first: 3 * 3 * 150 s = 0.375 h."""
-    from fedlib.studies.claims import longer_cost
+    from fedlib.claims import longer_cost
 
     timed = lambda seconds: [{"seed": i, "wall_time_s": t} for i, t in enumerate(seconds)]  # noqa: E731
     evidence = {"t": {"a": timed([100, 200]), "b": timed([300])}}

@@ -1,11 +1,11 @@
-"""The decision procedure (``fedlib.studies.decide``) against hand-computed cases, and its error rates simulated:
+"""The decision procedure (``fedlib.claims.decide``) against hand-computed cases, and its error rates simulated:
 with every true difference 0, a false "holds" and a false "does not hold" each come out at most 5% (plus Monte-Carlo
 error) for every claim kind the book uses; a true effect holds with the power a t-test gives it."""
 import numpy as np
 import pytest
 from scipy import stats
 
-from fedlib.studies.decide import ALPHA, Compared, decide, effect_position, holm
+from fedlib.claims.decide import ALPHA, Compared, decide, effect_position, holm
 
 SIMULATIONS = 2000
 MC_ERROR = 3 * np.sqrt(ALPHA * (1 - ALPHA) / SIMULATIONS)   # three standard errors of a 5% rate
@@ -207,7 +207,7 @@ def pitman_morgan_interval(x, y, alpha: float = ALPHA) -> tuple[float, float]:
 
 @pytest.mark.parametrize("n", [3, 5, 8])
 def test_a_spread_comparison_inverts_the_pitman_morgan_test(n):
-    from fedlib.studies.decide import SpreadCompared
+    from fedlib.claims.decide import SpreadCompared
 
     rng = np.random.default_rng(n)
     x = rng.standard_normal(n)
@@ -226,7 +226,7 @@ def test_a_spread_comparison_inverts_the_pitman_morgan_test(n):
 def test_under_equal_spreads_a_spread_comparison_errs_at_most_five_percent(seeds):
     """Paired runs whose spreads are equal but which share a seed's luck (correlation 0.6): "steadier" and "less
     steady" each come out at most 5% of the time (plus Monte-Carlo error)."""
-    from fedlib.studies.decide import SpreadCompared
+    from fedlib.claims.decide import SpreadCompared
 
     rng = np.random.default_rng(7)
     counts = dict.fromkeys(("holds", "does not hold"), 0)

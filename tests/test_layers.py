@@ -12,7 +12,7 @@ LAYERS = [
     ["engine"],
     ["methods", "backbones"],
     ["experiment"],
-    ["flower", "results", "recording"],
+    ["flower", "results", "recording", "claims"],
     ["studies"],
     ["cli", "__main__"],
 ]

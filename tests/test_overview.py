@@ -1,8 +1,8 @@
 """The results overview: every claim from the chapters' declarations and committed records, counted per chapter;
 headline rows and a page's own smoke runs as the chapters leave them."""
 import fedlib.experiment as experiment
+from fedlib.claims import Claim, assess, verdict, versus
 from fedlib.studies import common, overview
-from fedlib.studies.claims import Claim, assess, verdict, versus
 
 
 def rec(seed: int, value: float) -> dict:

@@ -277,7 +277,7 @@ def test_fedpcl_claims_against_hand_made_results():
                      "steadier_than_most": "no material difference", "steadiest_every_alpha": "no material difference",
                      "steadier_than_fedavg": "no material difference", "noise_robust": "not checked"}   # no noise runs
     # the printed form beside: FedPCL as printed is Table 2's own FedPCL run (52 with three backbones)
-    from fedlib.studies.claims import assess
+    from fedlib.claims import assess
 
     printed = next(c for c in fedpcl.CLAIMS if c.id == "best_multi_backbone").alternative(fedpcl.PRINTED)
     assert assess(printed, runs, "book", fedpcl.LABELS).outcome == "holds"
@@ -452,8 +452,8 @@ def test_fedmate_claims_against_hand_made_results():
     seed (does not hold); Fig. 5: FedPAC's drop minus FedMate's, (60 - 55) - (60 - 58) = 3 on seed 0; CFT sends 100
     of 200 numbers (50% saved, deterministic) at 0.5 points below sending the extractor every round: within delta
     (1 point), so the claim holds."""
+    from fedlib.claims import differences
     from fedlib.studies import fedmate
-    from fedlib.studies.claims import differences
 
     def recs(values, metric="personal_global_acc", **extra):
         return [{"seed": s, "history": [{"round": 1, metric: v / 100, **extra}], "final": {}}
@@ -554,8 +554,8 @@ def test_pfedcspc_views_and_rounds_to_the_target():
     """Table III reads FedAvg-FT (the FedAvg run) and pFedCSPC from Table II; Table VII's target is each seed's FedAvg
     final ACC_global (60%): MOON reaches it in round 3, pFedCSPC in round 2, on both seeds: one round fewer, a
     deterministic difference, so the comparison passes; FedAvg, which sets the target, is not compared."""
+    from fedlib.claims import differences
     from fedlib.studies import pfedcspc
-    from fedlib.studies.claims import differences
 
     def curve(values, seed):
         return {"seed": seed, "config": {"rounds": 3, "eval_every": 1}, "final": {},

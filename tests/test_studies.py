@@ -146,8 +146,8 @@ def test_scales_refuse_missing_scales_and_budgets_of_another_kind():
 def test_margin_stability_reads_the_committed_paper_records_cut_at_each_round():
     """Each row's margin at round R is its deciding comparison's mean over the seeds it pairs, read straight from the
     records' history rows of round R (the comparison's two cells, paired by seed)."""
+    from fedlib.claims import cut, differences
     from fedlib.studies import fedgpa, fedgpa_pages
-    from fedlib.studies.claims import cut, differences
 
     rows = fedgpa_pages.margin_stability(rounds=(10, 150))
     if not rows:
@@ -469,8 +469,8 @@ def test_fedpcl_claims_with_a_size_are_read_from_below():
               ("s", "fedavg"): recs([40, 40, 40], 10_000), ("m", "fedavg"): recs([45, 45, 45], 10_000)}
     sweep = {("clients", "fedpcl", 5): recs([60, 60, 60]), ("clients", "fedavg", 5): recs([58, 58, 58]),
              ("clients", "fedpcl", 20): recs([70, 70, 70]), ("clients", "fedavg", 20): recs([55, 55, 55])}
+    from fedlib.claims import assess
     from fedlib.studies import fedpcl
-    from fedlib.studies.claims import assess
 
     runs = {"table2": table2, "label_shift": sweep}
     gain, fifteen = (next(c for c in fedpcl.CLAIMS if c.id == name).alternative(fedpcl.PRINTED)

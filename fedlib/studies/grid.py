@@ -249,7 +249,7 @@ def complete_runs(chapter: str, grid: dict, root=None) -> dict | None:
 
 def complete_of(grid: dict, stored: dict) -> dict | None:
     """``complete_runs`` on records already looked up (``stored``: ``stored_grid``'s answer for ``grid``)."""
-    from fedlib.studies.claims import DECIDING_SEEDS
+    from fedlib.claims import DECIDING_SEEDS
 
     runs = {cell: c["records"] for cell, c in stored.items()}
     if all(len(runs[cell]) == len(configs) for cell, configs in grid.items()):

@@ -4,9 +4,9 @@ each chapter's headline table and this page's own smoke runs, read from the summ
 run (``common.save_summary``)."""
 from __future__ import annotations
 
-from fedlib.studies.claims import BUDGET
+from fedlib.claims import BUDGET
+from fedlib.claims.decide import OUTCOMES
 from fedlib.studies.common import load_summaries
-from fedlib.studies.decide import OUTCOMES
 from fedlib.studies.registry import chapters
 from fedlib.studies.verdicts import counted, verdict_rows
 
@@ -35,7 +35,7 @@ def claim_rows(found: dict | None = None) -> list[dict]:
 
 def interval_text(row: dict) -> str:
     """The deciding comparison's margin and interval, formatted for display."""
-    from fedlib.studies.decide import signed
+    from fedlib.claims.decide import signed
 
     if row["margin"] is None:
         return "-"

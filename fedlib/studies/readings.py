@@ -3,8 +3,8 @@ records against the baseline's own, and the chapter's method's margin over each,
 FedMate's chapters both check FedPAC so; the hypotheses that decide it are their claims, this is the table beside."""
 from __future__ import annotations
 
-from fedlib.studies.claims import paired, side
-from fedlib.studies.decide import Compared, signed
+from fedlib.claims import paired, side
+from fedlib.claims.decide import Compared, signed
 from fedlib.studies.report import Margin, fmt, mean_std
 
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import ModuleType
 
+from fedlib.claims import RECORDED, Claim, Sentence
 from fedlib.errors import check
 from fedlib.experiment import Config
-from fedlib.studies.claims import RECORDED, Claim, Sentence
 from fedlib.studies.grid import ON_CPU, Runtime, Scales
 
 # what every chapter's study module defines, and what the book layer reads from it
@@ -229,7 +229,7 @@ class Chapter:
     def deciding_scales(self) -> tuple[str, ...]:
         """The budgets whose committed records decide its claims, longest first: paper, the reference protocol at 3x
         the rounds (where the chapter records its deciding comparisons so: tables named ``<table>@3x``), reference."""
-        from fedlib.studies.claims import LONGER, LONGER_TABLE
+        from fedlib.claims import LONGER, LONGER_TABLE
 
         has_longer = any(t.endswith(LONGER_TABLE) for t in self.declared.tables("reference"))
         return tuple(s for s in self.declared.deciding_scales if s != LONGER or has_longer)
@@ -237,7 +237,7 @@ class Chapter:
     def evidence(self, scale: str, root=None) -> dict:
         """The committed records at budget ``scale`` of every table but the convergence check: {table: {cell:
         records}}; at the 3x budget the reference scale's ``<table>@3x`` tables, under their tables' names."""
-        from fedlib.studies.claims import LONGER, LONGER_TABLE, scale_of
+        from fedlib.claims import LONGER, LONGER_TABLE, scale_of
         from fedlib.studies.grid import stored_grid
 
         grids = self.declared.tables(scale_of(scale))
@@ -250,7 +250,7 @@ class Chapter:
         """What the claims read at ``scale``: ``runs`` ({table: {cell: records}}, a page's own runs) or the committed
         records, with the chapter's ``views`` (the tables made of other tables' runs) and, at paper scale, its
         committed side-by-side timing (``timing.TABLE``) where it names ``timing_runs``."""
-        from fedlib.studies.claims import scale_of
+        from fedlib.claims import scale_of
 
         evidence = self.evidence(scale) if runs is None else dict(runs)
         if scale == "paper" and self.declared.timing_runs is not None:   # its efficiency claims' side-by-side timing
@@ -262,13 +262,13 @@ class Chapter:
 
     def last(self, scale: str) -> int:
         """How many of the last evaluations a value is the mean of (FedPRP: the paper's last rounds)."""
-        from fedlib.studies.claims import scale_of
+        from fedlib.claims import scale_of
 
         return self.declared.scales[scale_of(scale)].last
 
     def assess(self, scale: str, runs: dict | None = None, evidence: dict | None = None) -> list:
         """Every claim assessed at ``scale`` (on ``runs``, else the committed records; ``evidence``: already read)."""
-        from fedlib.studies.claims import assess
+        from fedlib.claims import assess
 
         evidence = self.read(scale, runs) if evidence is None else evidence
         return [assess(c, evidence, scale, self.declared.labels, self.last(scale)) for c in self.claims]
@@ -279,7 +279,7 @@ class Chapter:
         moves (``claims.with_trajectory``)."""
         import dataclasses
 
-        from fedlib.studies.claims import assess, verdict, with_trajectory
+        from fedlib.claims import assess, verdict, with_trajectory
 
         scales = self.deciding_scales()
         evidence = {s: self.read(s) for s in scales}
@@ -302,7 +302,7 @@ class Chapter:
     def scale_notes(self) -> dict[str, str]:
         """What each recorded scale is: its coverage, its share of the paper's training, and at reference scale
         whether the budget converged."""
-        from fedlib.studies.claims import LONGER
+        from fedlib.claims import LONGER
         from fedlib.studies.report import coverage_text
 
         notes = {}
@@ -323,7 +323,7 @@ class Chapter:
         outcomes for the Results overview and prints the wall time."""
         from IPython.display import HTML, display
 
-        from fedlib.studies.claims import RECORDED
+        from fedlib.claims import RECORDED
         from fedlib.studies.report import save_summary, wall_time_line
         from fedlib.studies.verdicts import box_html, smoke_html
 
@@ -338,8 +338,8 @@ class Chapter:
         """How much of the chapter's grid at ``scale`` (reference or paper) has committed records: runs current /
         stale / recorded as diverged of the total, their seeds, devices and training time."""
         from fedlib import results
+        from fedlib.claims import LONGER, LONGER_TABLE, scale_of
         from fedlib.recording import recording_order
-        from fedlib.studies.claims import LONGER, LONGER_TABLE, scale_of
 
         tables = self.declared.tables(scale_of(scale))
         grid = recording_order({t: g for t, g in tables.items() if scale != LONGER or t.endswith(LONGER_TABLE)})

@@ -57,7 +57,7 @@ class Signed:
     value: float
 
     def __str__(self) -> str:
-        from fedlib.studies.decide import signed
+        from fedlib.claims.decide import signed
 
         return signed(self.value)
 
@@ -87,7 +87,7 @@ class Margin:
     n: int
 
     def __str__(self) -> str:
-        from fedlib.studies.decide import signed
+        from fedlib.claims.decide import signed
 
         bounds = "" if self.interval is None else f" [{signed(self.interval[0])}, {signed(self.interval[1])}]"
         return f"{signed(self.mean)}{bounds} (n={self.n})"

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from fedlib.studies.claims import Statistic
+from fedlib.claims import Statistic
 
 TABLE = "timing"   # the table the claims read: {method: one pseudo-record per repetition}, at paper scale
 PARTS = {"server_s": "server_seconds", "client_s": "client_seconds"}   # a round's parts: record key -> pseudo-record's
@@ -158,7 +158,7 @@ def part_above(base: str, part: str, name: str) -> Statistic:
 def rounds_above(base: str, methods, labels: dict, column: Statistic) -> tuple:
     """An efficiency claim's comparisons: each other method's round in % above ``base``'s (``column``, from
     ``relative_to(base, ...)``), one per method of the paper's table."""
-    from fedlib.studies.claims import Comparison, Read
+    from fedlib.claims import Comparison, Read
 
     return tuple(Comparison(f"{labels[m]}'s round above {labels[base]}'s, %", (Read(TABLE, m, column, labels[m]),))
                  for m in methods if m != base)

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlib.studies.claims import BUDGET, Assessment, Verdict, counts, tail_words
-from fedlib.studies.decide import OUTCOMES, Compared, SpreadCompared, effect_position, signed
+from fedlib.claims import BUDGET, Assessment, Verdict, counts, tail_words
+from fedlib.claims.decide import OUTCOMES, Compared, SpreadCompared, effect_position, signed
 
 
 def counted(n: int, one: str, many: str | None = None) -> str:

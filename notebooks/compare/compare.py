@@ -33,9 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedlib.claims import Claim, each_above
 from fedlib.data.partition import fedgpa_setting
 from fedlib.experiment import Config, make_config
-from fedlib.studies.claims import Claim, each_above
 from fedlib.studies.common import ON_CPU, Runtime, method_labels, with_seeds
 from fedlib.studies.grid import Budget, Scales, stored_grid, with_diverged
 from fedlib.studies.registry import register_chapter

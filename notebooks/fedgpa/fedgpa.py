@@ -11,10 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fedlib.data.partition import fedgpa_setting
-from fedlib.experiment import Config, make_config
-from fedlib.methods.fedpac import ALL_OF_THE_CODE, CODE_READINGS, CodeReading
-from fedlib.studies.claims import (
+from fedlib.claims import (
     Claim,
     Comparison,
     Pairs,
@@ -28,6 +25,9 @@ from fedlib.studies.claims import (
     rounds_to_final_of,
     versus,
 )
+from fedlib.data.partition import fedgpa_setting
+from fedlib.experiment import Config, make_config
+from fedlib.methods.fedpac import ALL_OF_THE_CODE, CODE_READINGS, CodeReading
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     ON_CPU,
     Runtime,

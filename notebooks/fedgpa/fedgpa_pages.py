@@ -26,8 +26,8 @@ from fedlib.studies.fedgpa import (
     tables,
 )
 
+from fedlib.claims import cut
 from fedlib.plots import chance_line, floor_line
-from fedlib.studies.claims import cut
 from fedlib.studies.common import (
     ON_CPU,
     Runtime,

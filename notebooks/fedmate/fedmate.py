@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
+from fedlib.claims import Claim, Comparison, Pairs, Read, Row, Sentence, Statistic, each_above, versus
 from fedlib.experiment import Config, make_config
 from fedlib.methods.fedpac import CODE_READINGS, CodeReading
-from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Sentence, Statistic, each_above, versus
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     ON_CPU,
     Runtime,

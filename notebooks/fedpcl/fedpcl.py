@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from fedlib.claims import Claim, Comparison, Pairs, Read, Row, Sentence, Statistic, versus
 from fedlib.experiment import Config, make_config
-from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Sentence, Statistic, versus
 from fedlib.studies.common import method_labels, with_seeds
 from fedlib.studies.grid import Budget, Scales
 from fedlib.studies.registry import register_chapter

@@ -46,7 +46,7 @@ def reading_regime_cells() -> list[dict]:
     set and reading with FedPCL's records, Table 2's best baseline in the same regime and backbone set (the highest
     mean) and its records, and FedPCL's paired difference to it per seed (a ``Verdict``: mean and 95% interval;
     None where either side has no record)."""
-    from fedlib.studies.claims import paired
+    from fedlib.claims import paired
     from fedlib.studies.common import stored_grid
     from fedlib.studies.verdicts import verdict_of
 
@@ -119,7 +119,7 @@ def solo_lines() -> list[str]:
     """Why Solo is hard to beat on digit4, in sentences generated from Table 2's committed records: per regime and
     backbone set, Solo's paired margin over FedAvg (one model for all four domains) and over the best other
     baseline, beside the paper's Solo - FedAvg (Digit-5)."""
-    from fedlib.studies.claims import paired
+    from fedlib.claims import paired
     from fedlib.studies.verdicts import verdict_of
 
     def interval(v) -> str:

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from fedlib.claims import Claim, Comparison, Pairs, Read, Row, Sentence, mean_over_rounds, versus
 from fedlib.experiment import Config, make_config
-from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Sentence, mean_over_rounds, versus
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     ON_CPU,
     Runtime,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fedlib.claims import Claim, Comparison, Pairs, Read, Row, Sentence, each_above, rounds_to_final_of, versus
 from fedlib.experiment import Config, make_config
-from fedlib.studies.claims import Claim, Comparison, Pairs, Read, Row, Sentence, each_above, rounds_to_final_of, versus
 from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
     ON_CPU,
     Runtime,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fedlib.claims import Claim, Sentence, versus
 from fedlib.experiment import Config, make_config
-from fedlib.studies.claims import Claim, Sentence, versus
 from fedlib.studies.common import method_labels, with_seeds
 from fedlib.studies.grid import Budget, Scales
 from fedlib.studies.registry import register_chapter

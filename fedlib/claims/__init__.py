@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedlib.studies.decide import ALPHA, KINDS, TESTS, Compared, Decision, SpreadCompared, decide
+from fedlib.claims.decide import ALPHA, KINDS, TESTS, Compared, Decision, SpreadCompared, decide
 
 Evidence = dict[str, dict[Hashable, list[dict]]]   # {table: {cell: records over seeds}}
 Peers = Callable[[str, Hashable], dict | None]   # (table, cell) -> the record of the same seed, or None
@@ -445,7 +445,7 @@ def still_moving(path: dict[int, float], deciding: Compared, longer: Compared | 
     or over the last third of the rounds (from the evaluation before the last where that third holds only the last)
     its mean changed sign by more than delta, or moved towards 0 by more than its interval's half-width (a margin
     moving away from 0 only strengthens the outcome it gives)."""
-    from fedlib.studies.decide import signed
+    from fedlib.claims.decide import signed
 
     if longer is not None and longer.n >= 2 and side(longer) != side(deciding):
         return (f"at {longer_scale} scale the same comparison is {side(longer)} ({longer.text()}), here "
@@ -527,7 +527,7 @@ def longer_cost(c: Comparison, evidence: Evidence, longer: Evidence | None = Non
 
 def counts(verdicts: Iterable[Verdict]) -> dict[str, int]:
     """The paper's claims (hypotheses of the book left out) by outcome."""
-    from fedlib.studies.decide import OUTCOMES
+    from fedlib.claims.decide import OUTCOMES
 
     out = dict.fromkeys((*OUTCOMES, BUDGET, "not checked"), 0)
     for v in verdicts:
