@@ -355,8 +355,8 @@ def cmd_tune(args) -> int:
 
 
 def cmd_timing(args) -> int:
+    from fedlib import timing
     from fedlib.errors import check
-    from fedlib.studies import timing
     from fedlib.studies.registry import chapters
 
     timed = [name for name, c in chapters().items() if c.declared.timing_runs is not None]

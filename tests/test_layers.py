@@ -12,7 +12,7 @@ LAYERS = [
     ["engine"],
     ["methods", "backbones"],
     ["experiment"],
-    ["flower", "results", "recording", "claims"],
+    ["flower", "results", "recording", "claims", "timing"],
     ["studies"],
     ["cli", "__main__"],
 ]

@@ -301,7 +301,7 @@ def test_a_chapter_declares_its_names_by_kind_and_the_shared_code_reads_them_typ
 def test_every_listed_claim_names_a_recorded_table_with_runs(chapter):
     from fedlib.studies.registry import study
     from fedlib.studies.report import claim_runs
-    from fedlib.studies.timing import TABLE as TIMED
+    from fedlib.timing import TABLE as TIMED
 
     mod = study(chapter)
     rows = claim_runs(mod, "reference")

@@ -1,12 +1,11 @@
-"""Time per round measured side by side (``fedlib.studies.timing``) and the efficiency claims that read it."""
+"""Time per round measured side by side (``fedlib.timing``) and the efficiency claims that read it."""
 import json
 
 import pytest
 
-from fedlib import results
+from fedlib import results, timing
 from fedlib.errors import ConfigError
 from fedlib.experiment import make_config
-from fedlib.studies import timing
 
 
 def test_every_method_is_timed_each_repetition_and_the_record_reads_back(tmp_path):

@@ -254,7 +254,7 @@ class Chapter:
 
         evidence = self.evidence(scale) if runs is None else dict(runs)
         if scale == "paper" and self.declared.timing_runs is not None:   # its efficiency claims' side-by-side timing
-            from fedlib.studies import timing
+            from fedlib import timing
 
             evidence[timing.TABLE] = timing.evidence(self.name)
         views = self.declared.views

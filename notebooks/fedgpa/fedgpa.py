@@ -47,8 +47,8 @@ from fedlib.studies.convergence import (  # noqa: F401  (the notebook reads them
 from fedlib.studies.grid import Budget, Scales
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import local
-from fedlib.studies.timing import TABLE as TIMED
-from fedlib.studies.timing import relative_to, rounds_above
+from fedlib.timing import TABLE as TIMED
+from fedlib.timing import relative_to, rounds_above
 
 METHODS = ["local", "fedavg", "fedavg_ft", "fedprox", "scaffold", "fedper", "lg_fedavg", "fedbabu", "fedpac",
            "fedgpa"]

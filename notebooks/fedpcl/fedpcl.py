@@ -17,8 +17,8 @@ from fedlib.studies.common import method_labels, with_seeds
 from fedlib.studies.grid import Budget, Scales
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import local
-from fedlib.studies.timing import TABLE as TIMED
-from fedlib.studies.timing import relative_to
+from fedlib.timing import TABLE as TIMED
+from fedlib.timing import relative_to
 
 SINGLE = ["effnet_lite0"]
 MULTI = ["effnet_lite0", "effnet_lite1", "effnet_lite2"]

@@ -27,8 +27,8 @@ from fedlib.studies.common import (  # noqa: F401  (the chapter uses them)
 from fedlib.studies.grid import Budget, Scales, convergence_grid
 from fedlib.studies.registry import register_chapter
 from fedlib.studies.report import balanced, fmt_of, local
-from fedlib.studies.timing import TABLE as TIMED
-from fedlib.studies.timing import part_above, relative_to, rounds_above
+from fedlib.timing import TABLE as TIMED
+from fedlib.timing import part_above, relative_to, rounds_above
 
 METHODS = ["apfl", "fedrep", "fedprox", "fedproto", "fedrod", "fedphp", "fedavg", "fedic", "creff", "fedprp"]
 LABELS = method_labels(METHODS)
